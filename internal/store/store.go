@@ -1,0 +1,402 @@
+// Package store defines toolsvc's storage: the domain records (tools, tool
+// health, calls, approvals, previews, audit events, task history), the
+// interfaces both backends implement, and the sentinel errors they return.
+//
+// Rules every backend follows (the conformance suite in storetest checks them):
+//   - The store never reads the clock: every time comes from the caller.
+//   - Each method is atomic: its record changes, audit events, task history
+//     and notifications commit together or not at all.
+//   - Errors are the sentinels below, wrapped with %w; driver errors never
+//     leak. A store that cannot be reached answers ErrUnavailable.
+//   - Returned records are copies; callers may modify them freely.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Compare with errors.Is.
+var (
+	// ErrNotFound: the record does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the record exists already, or is not in the state (or
+	// version) the operation requires.
+	ErrConflict = errors.New("conflict")
+	// ErrUnavailable: the store cannot be reached.
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrInvalid: the caller passed something the store cannot hold (a bad
+	// page cursor, a missing required field).
+	ErrInvalid = errors.New("invalid request to store")
+)
+
+// Store is the whole storage interface.
+type Store interface {
+	ToolStore
+	HealthStore
+	CallStore
+	ApprovalStore
+	PreviewStore
+	AuditStore
+	TaskHistoryStore
+	Notifier
+	// Ping reports whether the store is reachable (ErrUnavailable if not).
+	Ping(ctx context.Context) error
+	// Close releases the store's resources.
+	Close()
+}
+
+// ToolStore holds tool definitions. Creating a tool also creates its HEALTHY
+// health record; deleting it deletes that record. Every change notifies
+// TopicTools with the tool's name.
+type ToolStore interface {
+	// CreateTool inserts t with Version 1 and CreatedAt = UpdatedAt = p.Now.
+	// ErrConflict if a tool with the name exists.
+	CreateTool(ctx context.Context, p CreateToolParams) (*Tool, error)
+	// UpdateTool replaces the definition of an existing tool whose version is
+	// p.ExpectedVersion, storing it with version ExpectedVersion+1 and
+	// UpdatedAt = p.Now (CreatedAt kept). ErrNotFound if there is no such
+	// tool; ErrConflict if its version differs.
+	UpdateTool(ctx context.Context, p UpdateToolParams) (*Tool, error)
+	// DeleteTool removes a tool (and its health record) and returns it as it
+	// was. ErrNotFound; ErrConflict if p.ExpectedVersion is non-zero and
+	// differs.
+	DeleteTool(ctx context.Context, p DeleteToolParams) (*Tool, error)
+	// GetTool returns a tool by name, or ErrNotFound.
+	GetTool(ctx context.Context, name string) (*Tool, error)
+	// ListTools returns tools ordered by name, names > p.After, at most
+	// p.Limit (all if 0), only p.Source if set.
+	ListTools(ctx context.Context, p ListToolsParams) ([]*Tool, error)
+}
+
+// CreateToolParams are CreateTool's inputs.
+type CreateToolParams struct {
+	Tool   *Tool // Version, CreatedAt, UpdatedAt are set by the store
+	Now    time.Time
+	Events []AuditEvent
+}
+
+// UpdateToolParams are UpdateTool's inputs.
+type UpdateToolParams struct {
+	Tool            *Tool // Version, CreatedAt, UpdatedAt are set by the store
+	ExpectedVersion int64 // required
+	Now             time.Time
+	Events          []AuditEvent
+}
+
+// DeleteToolParams are DeleteTool's inputs.
+type DeleteToolParams struct {
+	Name            string
+	ExpectedVersion int64 // 0: any
+	Events          []AuditEvent
+}
+
+// ListToolsParams are ListTools' inputs.
+type ListToolsParams struct {
+	After  string
+	Limit  int
+	Source ToolSource
+}
+
+// HealthStore holds tool health. Records exist exactly while their tool does.
+type HealthStore interface {
+	// GetToolHealth returns a tool's health, or ErrNotFound.
+	GetToolHealth(ctx context.Context, tool string) (*ToolHealth, error)
+	// ListToolHealth returns health records ordered by tool name, names >
+	// p.After, at most p.Limit (all if 0), only p.Status if set.
+	ListToolHealth(ctx context.Context, p ListToolHealthParams) ([]*ToolHealth, error)
+	// UpdateToolHealth reads the tool's health, locked against concurrent
+	// updates on every replica, and passes it to fn. If fn returns an update,
+	// it is written with its events (and notifies TopicHealth if
+	// update.Notify) in one transaction. It returns the health as it is after
+	// the call and whether it was written. ErrNotFound if the tool has no
+	// health record.
+	UpdateToolHealth(ctx context.Context, tool string, fn HealthFunc) (*ToolHealth, bool, error)
+}
+
+// HealthFunc decides a health change from the current record. It must be a
+// pure function of its input (a backend may call it more than once); it
+// returns nil for "no change".
+type HealthFunc func(current ToolHealth) *HealthUpdate
+
+// HealthUpdate is a decided health change.
+type HealthUpdate struct {
+	Health ToolHealth // the new record; Tool must not change
+	Events []AuditEvent
+	Notify bool // push to health watchers (status or override changes)
+}
+
+// ListToolHealthParams are ListToolHealth's inputs.
+type ListToolHealthParams struct {
+	After  string
+	Limit  int
+	Status HealthStatus
+}
+
+// CallStore holds call records: the idempotency keys and what became of them.
+// (PrincipalID, IdempotencyKey) is unique.
+type CallStore interface {
+	// GetCall returns a call by id, or ErrNotFound.
+	GetCall(ctx context.Context, id string) (*Call, error)
+	// GetCallByKey returns a call by principal and idempotency key, or
+	// ErrNotFound.
+	GetCallByKey(ctx context.Context, principalID, key string) (*Call, error)
+	// ClaimCall claims p.Call's (PrincipalID, IdempotencyKey) in one atomic
+	// step. If the key is free it inserts p.Call as given (its State is
+	// IN_PROGRESS, AWAITING_APPROVAL or AWAITING_PREVIEW; AttemptCount is 1
+	// for IN_PROGRESS, else 0). If a RELEASED record holds the key with the
+	// same fingerprint, that record is taken over instead: it keeps its ID and
+	// CreatedAt, takes every other field from p.Call, and its AttemptCount is
+	// incremented when the new state is IN_PROGRESS; the store then rewrites
+	// p.Call.ID, p.Approval.CallID, p.Preview.CallID and the CallID of every
+	// event to the kept ID. On success p.Approval or
+	// p.Preview (if set) are inserted and p.Events appended in the same
+	// transaction, and it returns (claimed call, true). Otherwise nothing is
+	// written and it returns (the record holding the key, false): any state
+	// but RELEASED, or RELEASED with another fingerprint. Across any number of
+	// concurrent callers and replicas, one key is claimed at most once.
+	ClaimCall(ctx context.Context, p ClaimCallParams) (*Call, bool, error)
+	// StartParkedCall moves a parked call to IN_PROGRESS, consuming what it
+	// was parked behind, in one atomic step:
+	//   - AWAITING_APPROVAL: the approval p.ApprovalID (which must be the
+	//     call's) must be APPROVED and ExpiresAt > p.Now; it becomes CONSUMED;
+	//   - AWAITING_PREVIEW: the preview p.PreviewToken (the call's) must be
+	//     PENDING and ExpiresAt > p.Now; it becomes CONSUMED.
+	// The call gets State IN_PROGRESS, LeaseExpiresAt, Risk, Decision,
+	// UpdatedAt = p.Now, AttemptCount+1, and p.Events are appended. ErrNotFound
+	// if the call does not exist; ErrConflict if anything is not as required
+	// (so that of concurrent callers exactly one starts the call).
+	StartParkedCall(ctx context.Context, p StartParkedCallParams) (*Call, error)
+	// RenewCallLease sets LeaseExpiresAt of an IN_PROGRESS call whose
+	// AttemptCount is attempt. ErrConflict if it is no longer so (the lease was
+	// lost); ErrNotFound if the call does not exist.
+	RenewCallLease(ctx context.Context, callID string, attempt int, until time.Time) error
+	// FinishCall records the outcome of an execution attempt: the call must be
+	// IN_PROGRESS with AttemptCount = p.Attempt, or UNKNOWN with that attempt
+	// and no ResolvedBy (a lease the reaper took away from a replica that then
+	// finished: the real outcome replaces the guess). It sets State, Result,
+	// UpdatedAt, ExpiresAt and clears LeaseExpiresAt; appends p.Events; inserts
+	// p.History if set; applies p.Health (as UpdateToolHealth would) if set —
+	// all in one transaction. ErrConflict if the call is not in such a state;
+	// ErrNotFound if it does not exist.
+	FinishCall(ctx context.Context, p FinishCallParams) (*Call, error)
+	// ReleaseParkedCall gives up a parked call whose approval or preview can no
+	// longer be used: the call must be in state p.From (a parked state); it
+	// becomes RELEASED and its approval (if p.ApprovalState is set) or preview
+	// (if p.PreviewState is set) takes that state; p.Events are appended.
+	// ErrConflict if the call is no longer in p.From; ErrNotFound.
+	ReleaseParkedCall(ctx context.Context, p ReleaseParkedCallParams) (*Call, error)
+	// ResolveCall settles an UNKNOWN call by hand: State (SUCCEEDED or FAILED),
+	// Result, ResolvedBy, ResolutionComment, UpdatedAt are set and p.Events
+	// appended. ErrNotFound; ErrConflict if the call is not UNKNOWN.
+	ResolveCall(ctx context.Context, p ResolveCallParams) (*Call, error)
+	// ReapExpiredLeases turns IN_PROGRESS calls whose lease expired before
+	// p.Now into UNKNOWN (never re-running them), at most p.Limit of them,
+	// appending p.EventsFor(call) for each, and returns them. Safe to run on
+	// every replica at once: each call is reaped once.
+	ReapExpiredLeases(ctx context.Context, p ReapParams) ([]*Call, error)
+	// ExpireApprovals marks PENDING and APPROVED approvals whose ExpiresAt is
+	// before p.Now as EXPIRED and releases their AWAITING_APPROVAL calls
+	// (RELEASED), appending p.EventsFor(approval) for each; at most p.Limit.
+	// Pending previews past expiry are marked EXPIRED and their
+	// AWAITING_PREVIEW calls released too (no events). Returns the expired
+	// approvals.
+	ExpireApprovals(ctx context.Context, p ExpireParams) ([]*Approval, error)
+	// DeleteExpiredCalls removes up to limit calls whose ExpiresAt is before
+	// now and which are neither IN_PROGRESS nor parked, together with their
+	// approvals and previews. Returns how many calls it removed.
+	DeleteExpiredCalls(ctx context.Context, now time.Time, limit int) (int, error)
+}
+
+// ClaimCallParams are ClaimCall's inputs.
+type ClaimCallParams struct {
+	Call     *Call
+	Approval *Approval // with Call.State AWAITING_APPROVAL
+	Preview  *Preview  // with Call.State AWAITING_PREVIEW
+	Events   []AuditEvent
+}
+
+// StartParkedCallParams are StartParkedCall's inputs.
+type StartParkedCallParams struct {
+	CallID         string
+	ApprovalID     string // for AWAITING_APPROVAL
+	PreviewToken   string // for AWAITING_PREVIEW
+	Now            time.Time
+	LeaseExpiresAt time.Time
+	Risk           RiskLevel
+	Decision       GateDecision
+	Events         []AuditEvent
+}
+
+// FinishCallParams are FinishCall's inputs.
+type FinishCallParams struct {
+	CallID    string
+	Attempt   int
+	State     CallState // SUCCEEDED, FAILED, UNKNOWN or RELEASED
+	Result    *Result
+	Now       time.Time
+	ExpiresAt time.Time
+	Events    []AuditEvent
+	History   *TaskHistoryEntry
+	Health    *HealthChange
+}
+
+// HealthChange is a health update applied inside another transaction.
+type HealthChange struct {
+	Tool string
+	Fn   HealthFunc
+}
+
+// ReleaseParkedCallParams are ReleaseParkedCall's inputs.
+type ReleaseParkedCallParams struct {
+	CallID        string
+	From          CallState
+	ApprovalState ApprovalState // EXPIRED or INVALIDATED, or empty
+	PreviewState  PreviewState  // EXPIRED, or empty
+	Now           time.Time
+	ExpiresAt     time.Time
+	Events        []AuditEvent
+}
+
+// ResolveCallParams are ResolveCall's inputs.
+type ResolveCallParams struct {
+	CallID     string
+	State      CallState // SUCCEEDED or FAILED
+	Result     *Result
+	ResolvedBy string
+	Comment    string
+	Now        time.Time
+	ExpiresAt  time.Time
+	Events     []AuditEvent
+}
+
+// ReapParams are ReapExpiredLeases' inputs.
+type ReapParams struct {
+	Now       time.Time
+	ExpiresAt time.Time // retention of the reaped records
+	Limit     int
+	Result    *Result // stored as the reaped calls' result
+	EventsFor func(*Call) []AuditEvent
+}
+
+// ExpireParams are ExpireApprovals' inputs.
+type ExpireParams struct {
+	Now       time.Time
+	ExpiresAt time.Time // retention of the released calls
+	Limit     int
+	EventsFor func(*Approval) []AuditEvent
+}
+
+// ApprovalStore holds approvals. Every change notifies TopicApprovals with the
+// approval's id.
+type ApprovalStore interface {
+	// GetApproval returns an approval by id, or ErrNotFound.
+	GetApproval(ctx context.Context, id string) (*Approval, error)
+	// ListApprovals returns approvals newest first (by ID, which sorts by
+	// creation time), IDs < p.Before if set, at most p.Limit (all if 0),
+	// filtered by p.State and p.Tool if set.
+	ListApprovals(ctx context.Context, p ListApprovalsParams) ([]*Approval, error)
+	// ResolveApproval moves a PENDING approval whose ExpiresAt is after p.Now
+	// to p.State (APPROVED or DENIED), setting Resolver, Comment and
+	// ResolvedAt = p.Now. When DENIED, its AWAITING_APPROVAL call becomes
+	// DENIED with p.CallResult (and ExpiresAt p.CallExpiresAt). p.Events are
+	// appended. ErrNotFound; ErrConflict if it is not PENDING or has expired.
+	ResolveApproval(ctx context.Context, p ResolveApprovalParams) (*Approval, error)
+}
+
+// ListApprovalsParams are ListApprovals' inputs.
+type ListApprovalsParams struct {
+	Before string
+	Limit  int
+	State  ApprovalState
+	Tool   string
+}
+
+// ResolveApprovalParams are ResolveApproval's inputs.
+type ResolveApprovalParams struct {
+	ID            string
+	State         ApprovalState // APPROVED or DENIED
+	Resolver      string
+	Comment       string
+	Now           time.Time
+	CallResult    *Result // stored on the call when DENIED
+	CallExpiresAt time.Time
+	Events        []AuditEvent
+}
+
+// PreviewStore holds previews.
+type PreviewStore interface {
+	// GetPreview returns a preview by token, or ErrNotFound.
+	GetPreview(ctx context.Context, token string) (*Preview, error)
+}
+
+// AuditStore holds the append-only audit trail.
+type AuditStore interface {
+	// AppendAuditEvents appends events in order, assigning Seq.
+	AppendAuditEvents(ctx context.Context, events []AuditEvent) error
+	// ListAuditEvents returns events in Seq order, Seq > f.AfterSeq, at most
+	// f.Limit (all if 0), matching every filter that is set.
+	ListAuditEvents(ctx context.Context, f AuditFilter) ([]*AuditEvent, error)
+}
+
+// AuditFilter selects audit events. Empty fields do not filter.
+type AuditFilter struct {
+	Types     []string
+	CallID    string
+	TraceID   string
+	TaskID    string
+	Principal string
+	Tool      string
+	Start     time.Time // Time >= Start
+	End       time.Time // Time < End
+	AfterSeq  int64
+	Limit     int
+}
+
+// TaskHistoryStore holds the successful calls of each (principal, task).
+type TaskHistoryStore interface {
+	// ListTaskHistory returns entries of one principal's task in insertion
+	// order, filtered by f.Tool, f.Actions and f.Resource if set, at most
+	// f.Limit (all if 0).
+	ListTaskHistory(ctx context.Context, f TaskHistoryFilter) ([]TaskHistoryEntry, error)
+}
+
+// TaskHistoryFilter selects task history entries. PrincipalID and TaskID are
+// required.
+type TaskHistoryFilter struct {
+	PrincipalID string
+	TaskID      string
+	Tool        string
+	Actions     []string
+	Resource    string
+	Limit       int
+}
+
+// Topic names a kind of change.
+type Topic string
+
+// Topics.
+const (
+	TopicTools     Topic = "tools"
+	TopicApprovals Topic = "approvals"
+	TopicHealth    Topic = "health"
+)
+
+// Notification says that something changed, on this or another replica.
+type Notification struct {
+	Topic Topic
+	// Key is the tool name or approval id. Empty means "anything of this
+	// topic may have changed" (sent after a lost connection): reload all.
+	Key string
+}
+
+// Notifier delivers change notifications from every replica sharing the
+// store. Delivery is at-least-once per live subscription and may coalesce;
+// subscribers re-read the record rather than trust a payload.
+type Notifier interface {
+	// Subscribe returns a channel of notifications that is closed when ctx
+	// ends. Slow subscribers may lose notifications, in which case they
+	// receive one with an empty Key per topic.
+	Subscribe(ctx context.Context) (<-chan Notification, error)
+}

@@ -1,0 +1,298 @@
+package store
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/toolsvc/toolsvc/toolkit"
+)
+
+// Levels and the tool's sub-definitions are the toolkit's: native tools and
+// the registry speak the same model.
+type (
+	RiskLevel            = toolkit.RiskLevel
+	AutonomyLevel        = toolkit.AutonomyLevel
+	Action               = toolkit.Action
+	Example              = toolkit.Example
+	Policy               = toolkit.Policy
+	SequentialDependency = toolkit.SequentialDependency
+	ReadBeforeWrite      = toolkit.ReadBeforeWrite
+)
+
+// ProviderType says how a tool is executed.
+type ProviderType string
+
+// Provider types.
+const (
+	ProviderNative ProviderType = "native"
+	ProviderMCP    ProviderType = "mcp"
+)
+
+// ToolSource says where a tool's definition came from.
+type ToolSource string
+
+// Tool sources.
+const (
+	SourceAPI     ToolSource = "api"
+	SourceFile    ToolSource = "file"
+	SourceBuiltin ToolSource = "builtin"
+)
+
+// Tool is a registered tool.
+type Tool struct {
+	Name            string        `json:"name"`
+	Description     string        `json:"description"`
+	ConnectorID     string        `json:"connector_id"`
+	ProviderType    ProviderType  `json:"provider_type"`
+	Capabilities    []string      `json:"capabilities,omitempty"`
+	RequiredScopes  []string      `json:"required_scopes,omitempty"`
+	DefaultRisk     RiskLevel     `json:"default_risk"`
+	Actions         []Action      `json:"actions"`
+	SupportsPreview bool          `json:"supports_preview,omitempty"`
+	Timeout         time.Duration `json:"timeout,omitempty"`
+	ConfigRef       string        `json:"config_ref,omitempty"`
+	ApprovalTTL     time.Duration `json:"approval_ttl,omitempty"`
+	Policies        []Policy      `json:"policies,omitempty"`
+	AuditPayloads   bool          `json:"audit_payloads,omitempty"`
+
+	// Set by the store.
+	Version   int64      `json:"version"`
+	Source    ToolSource `json:"source"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
+}
+
+// Action returns the named action, or nil.
+func (t *Tool) Action(name string) *Action {
+	for i := range t.Actions {
+		if t.Actions[i].Name == name {
+			return &t.Actions[i]
+		}
+	}
+	return nil
+}
+
+// HealthStatus is a tool's health.
+type HealthStatus string
+
+// Health statuses.
+const (
+	HealthHealthy     HealthStatus = "HEALTHY"
+	HealthDegraded    HealthStatus = "DEGRADED"
+	HealthUnavailable HealthStatus = "UNAVAILABLE"
+)
+
+// ToolHealth is the health record of one tool. A zero time means "never" or
+// "not set".
+type ToolHealth struct {
+	Tool              string
+	Status            HealthStatus
+	ConsecutiveErrors int
+	LastSuccessAt     time.Time
+	LastError         string
+	LastErrorAt       time.Time
+	// RateLimitResetsAt: calls are refused until then.
+	RateLimitResetsAt time.Time
+	// CooldownUntil: while UNAVAILABLE after failures, no call (not even a
+	// probe) goes through before then.
+	CooldownUntil time.Time
+	// Trips counts consecutive openings of the circuit; the cool-down doubles
+	// with each.
+	Trips int
+	// ProbeUntil: a probe call holds the half-open circuit until then.
+	ProbeUntil time.Time
+	// Drained: an operator forced the tool UNAVAILABLE.
+	Drained        bool
+	OverrideBy     string
+	OverrideReason string
+	UpdatedAt      time.Time
+}
+
+// CallState is the lifecycle state of a call record.
+type CallState string
+
+// Call states.
+const (
+	CallAwaitingApproval CallState = "AWAITING_APPROVAL"
+	CallAwaitingPreview  CallState = "AWAITING_PREVIEW"
+	CallInProgress       CallState = "IN_PROGRESS"
+	CallSucceeded        CallState = "SUCCEEDED"
+	CallFailed           CallState = "FAILED"
+	CallUnknown          CallState = "UNKNOWN"
+	CallDenied           CallState = "DENIED"
+	// CallReleased frees the key: the next claim with the same fingerprint
+	// runs again (retryable failure, expired approval or preview).
+	CallReleased CallState = "RELEASED"
+)
+
+// Parked reports whether the call waits for an approval or a preview token.
+func (s CallState) Parked() bool { return s == CallAwaitingApproval || s == CallAwaitingPreview }
+
+// Final reports whether the call has a stored outcome that is replayed.
+func (s CallState) Final() bool {
+	return s == CallSucceeded || s == CallFailed || s == CallUnknown || s == CallDenied
+}
+
+// Outcome is what became of one ExecuteTool request.
+type Outcome string
+
+// Outcomes.
+const (
+	OutcomeSucceeded        Outcome = "SUCCEEDED"
+	OutcomeFailed           Outcome = "FAILED"
+	OutcomeUnknown          Outcome = "UNKNOWN"
+	OutcomeApprovalRequired Outcome = "APPROVAL_REQUIRED"
+	OutcomePreviewRequired  Outcome = "PREVIEW_REQUIRED"
+	OutcomeDenied           Outcome = "DENIED"
+)
+
+// GateDecision is what the autonomy x risk gate decided.
+type GateDecision string
+
+// Gate decisions.
+const (
+	DecisionAllow   GateDecision = "ALLOW"
+	DecisionPreview GateDecision = "PREVIEW"
+	DecisionConfirm GateDecision = "CONFIRM"
+	DecisionDeny    GateDecision = "DENY"
+)
+
+// Result is a tool's result as stored and replayed.
+type Result struct {
+	Success                 bool            `json:"success"`
+	Message                 string          `json:"message"`
+	Value                   json.RawMessage `json:"value,omitempty"`
+	ExcludeValueFromContext bool            `json:"exclude_value_from_context,omitempty"`
+}
+
+// Call is the record of one logical call, keyed by (PrincipalID,
+// IdempotencyKey).
+type Call struct {
+	ID             string
+	PrincipalID    string
+	IdempotencyKey string
+	// Fingerprint is the hex SHA-256 of the canonical JSON of the arguments.
+	Fingerprint string
+	Tool        string
+	Action      string
+	ToolVersion int64
+	State       CallState
+	TraceID     string
+	TaskID      string
+	StepID      string
+	Risk        RiskLevel
+	Decision    GateDecision
+	// ApprovalID is set while (and after) the call is parked behind an approval.
+	ApprovalID string
+	// PreviewToken is set while (and after) the call is parked behind a preview.
+	PreviewToken string
+	// Result is set once the call has an outcome.
+	Result *Result
+	// LeaseExpiresAt: while IN_PROGRESS, when the lease lapses unless renewed.
+	LeaseExpiresAt time.Time
+	// AttemptCount counts claims of the key for execution (IN_PROGRESS).
+	AttemptCount      int
+	ResolvedBy        string
+	ResolutionComment string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	// ExpiresAt: the record may be deleted after this time (retention) unless
+	// it is IN_PROGRESS or parked.
+	ExpiresAt time.Time
+}
+
+// ApprovalState is the lifecycle of an approval.
+type ApprovalState string
+
+// Approval states.
+const (
+	ApprovalPending     ApprovalState = "PENDING"
+	ApprovalApproved    ApprovalState = "APPROVED"
+	ApprovalDenied      ApprovalState = "DENIED"
+	ApprovalExpired     ApprovalState = "EXPIRED"
+	ApprovalConsumed    ApprovalState = "CONSUMED"
+	ApprovalInvalidated ApprovalState = "INVALIDATED"
+)
+
+// Approval is a call parked behind the CONFIRM gate.
+type Approval struct {
+	ID             string
+	CallID         string
+	Requester      string
+	Tool           string
+	Action         string
+	ToolVersion    int64
+	Arguments      json.RawMessage
+	Fingerprint    string
+	IdempotencyKey string
+	Risk           RiskLevel
+	TraceID        string
+	TaskID         string
+	StepID         string
+	State          ApprovalState
+	CreatedAt      time.Time
+	ExpiresAt      time.Time
+	Resolver       string
+	Comment        string
+	ResolvedAt     time.Time
+}
+
+// PreviewState is the lifecycle of a preview token.
+type PreviewState string
+
+// Preview states.
+const (
+	PreviewPending  PreviewState = "PENDING"
+	PreviewConsumed PreviewState = "CONSUMED"
+	PreviewExpired  PreviewState = "EXPIRED"
+)
+
+// Preview is a call parked behind the PREVIEW gate, with the preview the tool
+// produced and the token that executes the call.
+type Preview struct {
+	Token          string
+	CallID         string
+	PrincipalID    string
+	IdempotencyKey string
+	Fingerprint    string
+	Tool           string
+	Action         string
+	ToolVersion    int64
+	Message        string
+	Value          json.RawMessage
+	State          PreviewState
+	CreatedAt      time.Time
+	ExpiresAt      time.Time
+}
+
+// AuditEvent is one entry of the append-only audit trail.
+type AuditEvent struct {
+	ID        string
+	Seq       int64 // assigned by the store; strictly increasing in insert order
+	Time      time.Time
+	Type      string
+	CallID    string
+	TraceID   string
+	TaskID    string
+	StepID    string
+	Principal string
+	Tool      string
+	Action    string
+	Risk      RiskLevel
+	Decision  GateDecision
+	Outcome   Outcome
+	// Detail is a redacted JSON object.
+	Detail map[string]any
+}
+
+// TaskHistoryEntry records one successful call in a task, for policies.
+type TaskHistoryEntry struct {
+	PrincipalID string
+	TaskID      string
+	CallID      string
+	Tool        string
+	Action      string
+	// Resource is the value of the action's resource argument, if it has one.
+	Resource string
+	At       time.Time
+}

@@ -1,0 +1,23 @@
+// Package tools connects registered tools to the code that executes them:
+// a Provider per connector binds a stored tool definition to an executable
+// toolkit.Tool. Native providers serve Go tools compiled into the binary.
+package tools
+
+import (
+	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/toolkit"
+)
+
+// Provider serves the tools of one connector.
+type Provider interface {
+	// ConnectorID is the connector this provider serves (Tool.ConnectorID).
+	ConnectorID() string
+	// Bind returns the executable tool for a registered definition, or an
+	// error saying why this connector cannot serve it (unknown tool, an
+	// action the implementation does not have). Called at registration
+	// (to refuse what cannot run) and whenever the registry cache loads a tool.
+	Bind(def *store.Tool) (toolkit.Tool, error)
+	// Builtin returns the definitions this provider registers on its own at
+	// start (source BUILTIN), or none.
+	Builtin() []*store.Tool
+}
