@@ -1,0 +1,118 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/store"
+)
+
+// checkEvents refuses events whose ids are already in the trail (the id is
+// the audit row's key in Postgres too).
+func (st *state) checkEvents(events []*store.AuditEvent) error {
+	seen := make(map[string]struct{}, len(events))
+	for _, e := range events {
+		if _, dup := st.auditIDs[e.ID]; dup {
+			return fmt.Errorf("audit event %s exists: %w", e.ID, store.ErrConflict)
+		}
+		if _, dup := seen[e.ID]; dup {
+			return fmt.Errorf("audit event id %s twice: %w", e.ID, store.ErrConflict)
+		}
+		seen[e.ID] = struct{}{}
+	}
+	return nil
+}
+
+// appendEvents appends checked events, assigning Seq.
+func (st *state) appendEvents(events []*store.AuditEvent) {
+	for _, e := range events {
+		st.seq++
+		e.Seq = st.seq
+		st.audit = append(st.audit, e)
+		st.auditIDs[e.ID] = struct{}{}
+	}
+}
+
+// AppendAuditEvents implements store.AuditStore.
+func (s *Store) AppendAuditEvents(ctx context.Context, events []store.AuditEvent) error {
+	evs, err := importEvents(events)
+	if err != nil {
+		return err
+	}
+	return s.write(ctx, func(tx *tx) error {
+		if err := tx.st.checkEvents(evs); err != nil {
+			return err
+		}
+		tx.st.appendEvents(evs)
+		return nil
+	})
+}
+
+// ListAuditEvents implements store.AuditStore.
+func (s *Store) ListAuditEvents(ctx context.Context, f store.AuditFilter) ([]*store.AuditEvent, error) {
+	if f.Limit < 0 {
+		return nil, fmt.Errorf("negative limit: %w", store.ErrInvalid)
+	}
+	start, end := normTime(f.Start), normTime(f.End)
+	var out []*store.AuditEvent
+	err := s.read(ctx, func(st *state) error {
+		// The trail is in Seq order; skip to the first event after AfterSeq.
+		i := sort.Search(len(st.audit), func(i int) bool { return st.audit[i].Seq > f.AfterSeq })
+		for _, e := range st.audit[i:] {
+			if !matchEvent(e, &f, start, end) {
+				continue
+			}
+			out = append(out, cloneEvent(e))
+			if f.Limit > 0 && len(out) == f.Limit {
+				break
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+func matchEvent(e *store.AuditEvent, f *store.AuditFilter, start, end time.Time) bool {
+	switch {
+	case len(f.Types) > 0 && !slices.Contains(f.Types, e.Type),
+		f.CallID != "" && e.CallID != f.CallID,
+		f.TraceID != "" && e.TraceID != f.TraceID,
+		f.TaskID != "" && e.TaskID != f.TaskID,
+		f.Principal != "" && e.Principal != f.Principal,
+		f.Tool != "" && e.Tool != f.Tool,
+		!start.IsZero() && e.Time.Before(start),
+		!end.IsZero() && !e.Time.Before(end):
+		return false
+	}
+	return true
+}
+
+// ListTaskHistory implements store.TaskHistoryStore.
+func (s *Store) ListTaskHistory(ctx context.Context, f store.TaskHistoryFilter) ([]store.TaskHistoryEntry, error) {
+	if f.PrincipalID == "" || f.TaskID == "" {
+		return nil, fmt.Errorf("task history needs principal and task: %w", store.ErrInvalid)
+	}
+	if f.Limit < 0 {
+		return nil, fmt.Errorf("negative limit: %w", store.ErrInvalid)
+	}
+	var out []store.TaskHistoryEntry
+	err := s.read(ctx, func(st *state) error {
+		for _, h := range st.history {
+			if h.PrincipalID != f.PrincipalID || h.TaskID != f.TaskID ||
+				(f.Tool != "" && h.Tool != f.Tool) ||
+				(len(f.Actions) > 0 && !slices.Contains(f.Actions, h.Action)) ||
+				(f.Resource != "" && h.Resource != f.Resource) {
+				continue
+			}
+			out = append(out, *h)
+			if f.Limit > 0 && len(out) == f.Limit {
+				break
+			}
+		}
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,144 @@
+// Package memory is the in-memory store.Store: the default backend for a
+// quick start and for unit tests. It keeps every record behind one mutex and
+// follows the contract of package store exactly, so that code tested against
+// it behaves the same on Postgres (the storetest suite runs against both).
+//
+// To catch code that would only work in memory, it mimics Postgres where
+// callers can tell the difference: times are stored at microsecond precision
+// in UTC, JSON documents must be valid, audit details come back as decoded
+// JSON (numbers as float64), and records are copied in and out.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/toolsvc/toolsvc/internal/store"
+)
+
+var _ store.Store = (*Store)(nil)
+
+// Store is an in-memory store.Store. The zero value is not usable; call New.
+type Store struct {
+	mu     sync.Mutex
+	closed bool
+	st     state
+
+	// Subscriptions have their own lock so that publishing never waits for
+	// the state lock (and the other way round).
+	subMu      sync.Mutex
+	subsClosed bool
+	subs       map[*subscriber]struct{}
+	subWG      sync.WaitGroup
+}
+
+// callKey is the unique key of a call record.
+type callKey struct {
+	principal string
+	key       string
+}
+
+// state is everything the store holds. It is only touched with Store.mu held.
+type state struct {
+	tools     map[string]*store.Tool
+	health    map[string]*store.ToolHealth
+	calls     map[string]*store.Call
+	callKeys  map[callKey]string
+	approvals map[string]*store.Approval
+	previews  map[string]*store.Preview
+	audit     []*store.AuditEvent
+	auditIDs  map[string]struct{}
+	seq       int64
+	history   []*store.TaskHistoryEntry
+}
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{
+		st: state{
+			tools:     make(map[string]*store.Tool),
+			health:    make(map[string]*store.ToolHealth),
+			calls:     make(map[string]*store.Call),
+			callKeys:  make(map[callKey]string),
+			approvals: make(map[string]*store.Approval),
+			previews:  make(map[string]*store.Preview),
+			auditIDs:  make(map[string]struct{}),
+		},
+		subs: make(map[*subscriber]struct{}),
+	}
+}
+
+// Ping reports ErrUnavailable once the store is closed, nil before.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory store: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("memory store closed: %w", store.ErrUnavailable)
+	}
+	return nil
+}
+
+// Close makes every later call fail with ErrUnavailable and ends every
+// subscription (their channels are closed before Close returns).
+func (s *Store) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+
+	s.subMu.Lock()
+	s.subsClosed = true
+	for sub := range s.subs {
+		sub.end()
+	}
+	s.subMu.Unlock()
+	s.subWG.Wait()
+}
+
+// tx collects what a write produces besides the state change itself: the
+// notifications to publish once the change is visible.
+type tx struct {
+	st    *state
+	notes []store.Notification
+}
+
+func (t *tx) notify(topic store.Topic, key string) {
+	t.notes = append(t.notes, store.Notification{Topic: topic, Key: key})
+}
+
+// read runs fn with the state locked.
+func (s *Store) read(ctx context.Context, fn func(st *state) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory store: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("memory store closed: %w", store.ErrUnavailable)
+	}
+	return fn(&s.st)
+}
+
+// write runs fn with the state locked and publishes its notifications after
+// the lock is released, so subscribers that re-read see the change. fn must
+// check everything before it changes anything: an error must leave the state
+// as it was (that is what makes each method atomic).
+func (s *Store) write(ctx context.Context, fn func(t *tx) error) error {
+	var notes []store.Notification
+	err := s.read(ctx, func(st *state) error {
+		t := &tx{st: st}
+		if err := fn(t); err != nil {
+			return err
+		}
+		notes = t.notes
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.publish(notes)
+	return nil
+}
