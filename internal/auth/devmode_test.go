@@ -1,0 +1,126 @@
+package auth_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/metadata"
+
+	"github.com/toolsvc/toolsvc/internal/auth"
+	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/toolkit"
+)
+
+func incoming(kv ...string) context.Context {
+	return metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...))
+}
+
+func TestDevAuthenticator(t *testing.T) {
+	configured := &auth.Principal{
+		ID:              "alice",
+		Roles:           []auth.Role{auth.RoleApprover},
+		Scopes:          []string{"notes:read"},
+		MaxAutonomy:     toolkit.AutonomyAssisted,
+		DefaultAutonomy: toolkit.AutonomyReadOnly,
+	}
+	a, err := auth.NewDevAuthenticator([]*auth.Principal{configured})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("no metadata is dev with every role", func(t *testing.T) {
+		p, err := a.Authenticate(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.ID != "dev" || len(p.Roles) != 3 || !p.HasScope("anything") ||
+			p.MaxAutonomy != toolkit.AutonomyAutonomous || p.DefaultAutonomy != toolkit.AutonomySupervised {
+			t.Fatalf("got %+v", p)
+		}
+	})
+	t.Run("named unconfigured principal", func(t *testing.T) {
+		p, err := a.Authenticate(incoming(auth.PrincipalHeader, "  agent-7 "))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.ID != "agent-7" || !p.HasRole(auth.RoleOperator) {
+			t.Fatalf("got %+v", p)
+		}
+	})
+	t.Run("configured principal as configured", func(t *testing.T) {
+		p, err := a.Authenticate(incoming(auth.PrincipalHeader, "alice"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.ID != "alice" || p.HasRole(auth.RoleAgent) || !p.HasRole(auth.RoleApprover) ||
+			p.HasScope("notes:write") || !p.HasScope("notes:read") || p.MaxAutonomy != toolkit.AutonomyAssisted {
+			t.Fatalf("got %+v", p)
+		}
+		// A caller modifying its copy must not change the configured principal.
+		p.Roles[0] = auth.RoleOperator
+		again, _ := a.Authenticate(incoming(auth.PrincipalHeader, "alice"))
+		if again.HasRole(auth.RoleOperator) {
+			t.Fatal("configured principal was modified through a returned copy")
+		}
+	})
+	for name, id := range map[string]string{
+		"empty":         "   ",
+		"too long":      strings.Repeat("a", 129),
+		"non-printable": "bob\x01",
+	} {
+		t.Run("invalid "+name, func(t *testing.T) {
+			_, err := a.Authenticate(incoming(auth.PrincipalHeader, id))
+			f, ok := fault.As(err)
+			if !ok || f.Kind != fault.Unauthenticated || f.Reason != fault.ReasonUnauthenticated {
+				t.Fatalf("got %v", err)
+			}
+		})
+	}
+	t.Run("128 chars is fine", func(t *testing.T) {
+		if _, err := a.Authenticate(incoming(auth.PrincipalHeader, strings.Repeat("a", 128))); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("twice is refused", func(t *testing.T) {
+		_, err := a.Authenticate(incoming(auth.PrincipalHeader, "a", auth.PrincipalHeader, "b"))
+		if f, ok := fault.As(err); !ok || f.Kind != fault.Unauthenticated {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+func TestNewDevAuthenticatorRefusesDuplicates(t *testing.T) {
+	_, err := auth.NewDevAuthenticator([]*auth.Principal{{ID: "x"}, {ID: "x"}})
+	if err == nil {
+		t.Fatal("duplicate ids accepted")
+	}
+	if _, err := auth.NewDevAuthenticator([]*auth.Principal{{ID: ""}}); err == nil {
+		t.Fatal("empty id accepted")
+	}
+}
+
+func TestRequireAnyRole(t *testing.T) {
+	p := &auth.Principal{ID: "ann", Roles: []auth.Role{auth.RoleAgent}}
+	if err := auth.RequireAnyRole(p, "GetTool", auth.RoleAgent, auth.RoleOperator); err != nil {
+		t.Fatalf("agent refused: %v", err)
+	}
+	err := auth.RequireAnyRole(p, "RegisterTool", auth.RoleOperator)
+	f, ok := fault.As(err)
+	if !ok || f.Kind != fault.PermissionDenied || f.Reason != fault.ReasonRoleRequired ||
+		f.Metadata["roles"] != "operator" || f.Metadata["operation"] != "RegisterTool" {
+		t.Fatalf("got %#v", err)
+	}
+	if err := auth.RequireAnyRole(p, "Nothing"); err == nil {
+		t.Fatal("an operation with no roles admitted a caller")
+	}
+}
+
+func TestParseRole(t *testing.T) {
+	if r, err := auth.ParseRole(" Operator "); err != nil || r != auth.RoleOperator {
+		t.Fatalf("got %q %v", r, err)
+	}
+	if _, err := auth.ParseRole("admin"); err == nil {
+		t.Fatal("unknown role accepted")
+	}
+}
