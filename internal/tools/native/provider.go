@@ -1,0 +1,212 @@
+// Package native serves Go tools compiled into the binary (toolkit.Tool) as a
+// tools.Provider: one provider per connector id, binding registered
+// definitions to the implementations that execute them.
+package native
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/tools"
+	"github.com/toolsvc/toolsvc/toolkit"
+)
+
+// DefaultTimeout is the timeout of a builtin definition whose tool declares
+// none. It matches the registry's default, so that a builtin definition reads
+// the same before and after it is stored.
+const DefaultTimeout = 30 * time.Second
+
+// namePattern is the registry's rule for tool, action and connector names.
+var namePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+
+// ErrUnknownTool is returned by Bind for a definition that names a tool the
+// provider does not have.
+var ErrUnknownTool = errors.New("unknown native tool")
+
+// ErrUnknownAction is returned by Bind for a definition that lists an action
+// the implementation does not have.
+var ErrUnknownAction = errors.New("unknown native action")
+
+// Provider serves a fixed set of native tools under one connector id. It is
+// immutable after construction and safe for concurrent use.
+type Provider struct {
+	connectorID string
+	tools       map[string]toolkit.Tool
+	// defs caches each tool's Definition, read once as the toolkit contract
+	// says (Definition must be constant).
+	defs  map[string]toolkit.Definition
+	order []string // tool names in the order given, for Builtin
+}
+
+var _ tools.Provider = (*Provider)(nil)
+
+// NewProvider serves the given native tools under one connector id. Tool
+// definitions are checked (valid and unique tool names, at least one action,
+// valid and unique action names); an error names the problem.
+func NewProvider(connectorID string, ts ...toolkit.Tool) (*Provider, error) {
+	if !namePattern.MatchString(connectorID) {
+		return nil, fmt.Errorf("native provider: connector id %q must match %s", connectorID, namePattern)
+	}
+	p := &Provider{
+		connectorID: connectorID,
+		tools:       make(map[string]toolkit.Tool, len(ts)),
+		defs:        make(map[string]toolkit.Definition, len(ts)),
+	}
+	for i, t := range ts {
+		if t == nil {
+			return nil, fmt.Errorf("native provider %q: tool %d is nil", connectorID, i)
+		}
+		def := t.Definition()
+		if !namePattern.MatchString(def.Name) {
+			return nil, fmt.Errorf("native provider %q: tool %d: name %q must match %s", connectorID, i, def.Name, namePattern)
+		}
+		if _, dup := p.tools[def.Name]; dup {
+			return nil, fmt.Errorf("native provider %q: duplicate tool name %q", connectorID, def.Name)
+		}
+		if len(def.Actions) == 0 {
+			return nil, fmt.Errorf("native provider %q: tool %q declares no actions", connectorID, def.Name)
+		}
+		seen := make(map[string]bool, len(def.Actions))
+		for _, a := range def.Actions {
+			if !namePattern.MatchString(a.Name) {
+				return nil, fmt.Errorf("native provider %q: tool %q: action name %q must match %s", connectorID, def.Name, a.Name, namePattern)
+			}
+			if seen[a.Name] {
+				return nil, fmt.Errorf("native provider %q: tool %q: duplicate action name %q", connectorID, def.Name, a.Name)
+			}
+			seen[a.Name] = true
+		}
+		p.tools[def.Name] = t
+		p.defs[def.Name] = def
+		p.order = append(p.order, def.Name)
+	}
+	return p, nil
+}
+
+// ConnectorID is the connector this provider serves.
+func (p *Provider) ConnectorID() string { return p.connectorID }
+
+// Tool returns the implementation of the named tool. Tests use it to reach a
+// tool instance (for example to read its counters).
+func (p *Provider) Tool(name string) (toolkit.Tool, bool) {
+	t, ok := p.tools[name]
+	return t, ok
+}
+
+// Bind returns the implementation of a registered definition. The definition
+// must belong to this connector, name one of the provider's tools, and list
+// only actions the implementation has: a registered definition may override
+// descriptions, risk, scopes and policies and may list a subset of the
+// actions, but not invent actions. Whether the implementation can preview or
+// check resources is judged by the registry, which reports it per field.
+func (p *Provider) Bind(def *store.Tool) (toolkit.Tool, error) {
+	if def == nil {
+		return nil, errors.New("native provider: no definition to bind")
+	}
+	if def.ConnectorID != p.connectorID {
+		return nil, fmt.Errorf("native provider %q cannot serve a tool of connector %q", p.connectorID, def.ConnectorID)
+	}
+	if def.ProviderType != "" && def.ProviderType != store.ProviderNative {
+		return nil, fmt.Errorf("native provider %q cannot serve a tool of provider type %q", p.connectorID, def.ProviderType)
+	}
+	impl, ok := p.tools[def.Name]
+	if !ok {
+		return nil, fmt.Errorf("connector %q has no tool %q (it has %v): %w", p.connectorID, def.Name, p.order, ErrUnknownTool)
+	}
+	declared := p.defs[def.Name].Actions
+	for _, a := range def.Actions {
+		if !slices.ContainsFunc(declared, func(d toolkit.Action) bool { return d.Name == a.Name }) {
+			return nil, fmt.Errorf("tool %q of connector %q has no action %q: %w", def.Name, p.connectorID, a.Name, ErrUnknownAction)
+		}
+	}
+	return impl, nil
+}
+
+// Builtin returns the provider's tools as definitions to register at start
+// (source builtin), in the order they were given. Each call returns fresh
+// copies the caller may modify.
+func (p *Provider) Builtin() []*store.Tool {
+	out := make([]*store.Tool, 0, len(p.order))
+	for _, name := range p.order {
+		out = append(out, toStoreTool(p.connectorID, p.defs[name], p.tools[name]))
+	}
+	return out
+}
+
+// ToStoreTool converts a native tool's definition to a registry definition of
+// connector connectorID: provider type native, source builtin, SupportsPreview
+// when the tool implements toolkit.Previewer, Timeout DefaultTimeout if the
+// tool sets none. The result shares no memory with the tool's definition.
+func ToStoreTool(connectorID string, t toolkit.Tool) *store.Tool {
+	return toStoreTool(connectorID, t.Definition(), t)
+}
+
+func toStoreTool(connectorID string, d toolkit.Definition, t toolkit.Tool) *store.Tool {
+	_, previews := t.(toolkit.Previewer)
+	timeout := d.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	return &store.Tool{
+		Name:            d.Name,
+		Description:     d.Description,
+		ConnectorID:     connectorID,
+		ProviderType:    store.ProviderNative,
+		Capabilities:    slices.Clone(d.Capabilities),
+		RequiredScopes:  slices.Clone(d.RequiredScopes),
+		DefaultRisk:     d.DefaultRisk,
+		Actions:         cloneActions(d.Actions),
+		SupportsPreview: previews,
+		Timeout:         timeout,
+		ApprovalTTL:     d.ApprovalTTL,
+		Policies:        clonePolicies(d.Policies),
+		AuditPayloads:   d.AuditPayloads,
+		Source:          store.SourceBuiltin,
+	}
+}
+
+// cloneActions deep-copies actions so that a registry normalising or a store
+// decoding into the result cannot reach back into a tool's definition.
+func cloneActions(in []toolkit.Action) []toolkit.Action {
+	if in == nil {
+		return nil
+	}
+	out := make([]toolkit.Action, len(in))
+	for i, a := range in {
+		a.InputSchema = slices.Clone(a.InputSchema)
+		a.OutputSchema = slices.Clone(a.OutputSchema)
+		if a.Examples != nil {
+			ex := make([]toolkit.Example, len(a.Examples))
+			for j, e := range a.Examples {
+				ex[j] = toolkit.Example{Description: e.Description, Input: slices.Clone(e.Input), Output: slices.Clone(e.Output)}
+			}
+			a.Examples = ex
+		}
+		out[i] = a
+	}
+	return out
+}
+
+func clonePolicies(in []toolkit.Policy) []toolkit.Policy {
+	if in == nil {
+		return nil
+	}
+	out := make([]toolkit.Policy, len(in))
+	for i, p := range in {
+		if sd := p.SequentialDependency; sd != nil {
+			out[i].SequentialDependency = &toolkit.SequentialDependency{Action: sd.Action, Requires: slices.Clone(sd.Requires)}
+		}
+		if rw := p.ReadBeforeWrite; rw != nil {
+			out[i].ReadBeforeWrite = &toolkit.ReadBeforeWrite{
+				ReadActions:   slices.Clone(rw.ReadActions),
+				WriteActions:  slices.Clone(rw.WriteActions),
+				CreateActions: slices.Clone(rw.CreateActions),
+			}
+		}
+	}
+	return out
+}
