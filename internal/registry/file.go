@@ -1,0 +1,423 @@
+package registry
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/toolkit"
+)
+
+// The tools file (--tools-file) declares tools in YAML. Tools that came from
+// the file and left it are deregistered at the next sync; tools registered
+// through the API or by builtin providers are never touched. Field names are
+// the proto's, in snake_case; unknown fields are an error. Example:
+//
+//	tools:
+//	  - name: github                     # ^[a-z0-9_-]{1,64}$
+//	    description: Issues and pull requests of our GitHub org
+//	    connector_id: http               # the provider serving the tool
+//	    provider_type: native            # native (default) or mcp
+//	    capabilities: [issues]
+//	    required_scopes: [github.write]
+//	    default_risk: MEDIUM             # LOW, MEDIUM, HIGH, CRITICAL; required
+//	    supports_preview: true           # native tools: must match the implementation
+//	    timeout: 30s                     # Go duration; default 30s, at most 1h
+//	    approval_ttl: 2h                 # default: the server's; at most 168h
+//	    config_ref: vault://kv/github    # a reference, never a credential
+//	    audit_payloads: false
+//	    policies:
+//	      - sequential_dependency: {action: merge, requires: [review, ci.test]}
+//	      - read_before_write:
+//	          read_actions: [get_file]
+//	          write_actions: [put_file]
+//	          create_actions: [put_file]
+//	    actions:
+//	      - name: create_issue
+//	        description: Open an issue
+//	        risk: HIGH                   # optional override of default_risk
+//	        resource_argument: repo      # must be an input_schema property
+//	        input_schema:                # JSON Schema (draft 2020-12) as YAML
+//	          type: object
+//	          properties:
+//	            repo: {type: string}
+//	            title: {type: string, minLength: 1}
+//	          required: [repo, title]
+//	        output_schema: {type: object}
+//	        examples:
+//	          - description: A bug report
+//	            input: {repo: api, title: Crash on start}
+//	            output: {number: 42}
+
+// fileDoc is the tools file.
+type fileDoc struct {
+	Tools []fileTool `yaml:"tools"`
+}
+
+type fileTool struct {
+	Name            string       `yaml:"name"`
+	Description     string       `yaml:"description"`
+	ConnectorID     string       `yaml:"connector_id"`
+	ProviderType    string       `yaml:"provider_type"`
+	Capabilities    []string     `yaml:"capabilities"`
+	RequiredScopes  []string     `yaml:"required_scopes"`
+	DefaultRisk     string       `yaml:"default_risk"`
+	SupportsPreview bool         `yaml:"supports_preview"`
+	Timeout         string       `yaml:"timeout"`
+	ConfigRef       string       `yaml:"config_ref"`
+	ApprovalTTL     string       `yaml:"approval_ttl"`
+	AuditPayloads   bool         `yaml:"audit_payloads"`
+	Policies        []filePolicy `yaml:"policies"`
+	Actions         []fileAction `yaml:"actions"`
+}
+
+type filePolicy struct {
+	SequentialDependency *fileSequential      `yaml:"sequential_dependency"`
+	ReadBeforeWrite      *fileReadBeforeWrite `yaml:"read_before_write"`
+}
+
+type fileSequential struct {
+	Action   string   `yaml:"action"`
+	Requires []string `yaml:"requires"`
+}
+
+type fileReadBeforeWrite struct {
+	ReadActions   []string `yaml:"read_actions"`
+	WriteActions  []string `yaml:"write_actions"`
+	CreateActions []string `yaml:"create_actions"`
+}
+
+type fileAction struct {
+	Name             string        `yaml:"name"`
+	Description      string        `yaml:"description"`
+	InputSchema      yaml.Node     `yaml:"input_schema"`
+	OutputSchema     yaml.Node     `yaml:"output_schema"`
+	Risk             string        `yaml:"risk"`
+	Examples         []fileExample `yaml:"examples"`
+	ResourceArgument string        `yaml:"resource_argument"`
+}
+
+type fileExample struct {
+	Description string    `yaml:"description"`
+	Input       yaml.Node `yaml:"input"`
+	Output      yaml.Node `yaml:"output"`
+}
+
+// FileError lists every problem found in a tools file. Each problem names the
+// file, and the tool (index and name) it is in.
+type FileError struct {
+	Path     string
+	Problems []string
+}
+
+func (e *FileError) Error() string {
+	return fmt.Sprintf("tools file %s: %d problem(s):\n  %s", e.Path, len(e.Problems), strings.Join(e.Problems, "\n  "))
+}
+
+// LoadFile reads a YAML tools file (format above) and returns its tools with
+// Source = file, validated as far as possible without the providers (Sync
+// checks the rest). Every problem in the file is reported at once in a
+// *FileError.
+func LoadFile(path string) ([]*store.Tool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read tools file: %w", err)
+	}
+	return parseFile(path, data)
+}
+
+// unknownField rewrites yaml's "field x not found in type y".
+var unknownField = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+
+// yamlLine splits yaml's "line N: message".
+var yamlLine = regexp.MustCompile(`^line (\d+): (.*)$`)
+
+func parseFile(path string, data []byte) ([]*store.Tool, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, &FileError{Path: path, Problems: []string{fmt.Sprintf("%s: %v", path, err)}}
+	}
+	items := toolNodes(&root)
+	fe := &FileError{Path: path}
+	where := func(i int) string {
+		if i < 0 || i >= len(items) {
+			return path
+		}
+		name := ""
+		if items[i] != nil {
+			name = mapValue(items[i], "name")
+		}
+		return fmt.Sprintf("%s:%d: tools[%d] (name %q)", path, items[i].Line, i, name)
+	}
+
+	var doc fileDoc
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return nil, &FileError{Path: path, Problems: []string{fmt.Sprintf("%s: %v", path, err)}}
+		}
+		for _, msg := range te.Errors {
+			line := 0
+			if m := yamlLine.FindStringSubmatch(msg); m != nil {
+				line, _ = strconv.Atoi(m[1])
+				msg = m[2]
+			}
+			if m := unknownField.FindStringSubmatch(msg); m != nil {
+				msg = fmt.Sprintf("unknown field %q", m[1])
+			}
+			i := toolAt(items, line)
+			if i < 0 {
+				fe.Problems = append(fe.Problems, fmt.Sprintf("%s:%d: %s", path, line, msg))
+				continue
+			}
+			fe.Problems = append(fe.Problems, fmt.Sprintf("%s: line %d: %s", where(i), line, msg))
+		}
+	}
+
+	chk := checker{} // no providers: Sync checks what depends on them
+	seen := map[string]int{}
+	out := make([]*store.Tool, 0, len(doc.Tools))
+	for i := range doc.Tools {
+		t, probs := convertTool(&doc.Tools[i])
+		for _, p := range probs {
+			fe.Problems = append(fe.Problems, fmt.Sprintf("%s: %s", where(i), p))
+		}
+		if len(probs) == 0 {
+			_, vs := chk.prepare(t)
+			for _, v := range vs {
+				fe.Problems = append(fe.Problems, fmt.Sprintf("%s: %s: %s", where(i), v.Field, v.Description))
+			}
+		}
+		if j, dup := seen[t.Name]; dup && t.Name != "" {
+			fe.Problems = append(fe.Problems, fmt.Sprintf("%s: tool.name: %q is also defined by tools[%d]", where(i), t.Name, j))
+		}
+		seen[t.Name] = i
+		out = append(out, t)
+	}
+	if len(fe.Problems) > 0 {
+		return nil, fe
+	}
+	return out, nil
+}
+
+// toolNodes returns the nodes of the items of the top-level "tools" list.
+func toolNodes(root *yaml.Node) []*yaml.Node {
+	if root.Kind != yaml.DocumentNode || len(root.Content) == 0 {
+		return nil
+	}
+	m := root.Content[0]
+	if m.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == "tools" && m.Content[i+1].Kind == yaml.SequenceNode {
+			return m.Content[i+1].Content
+		}
+	}
+	return nil
+}
+
+// toolAt returns the index of the tool whose node contains line, or -1.
+func toolAt(items []*yaml.Node, line int) int {
+	idx := -1
+	for i, n := range items {
+		if n.Line <= line {
+			idx = i
+		}
+	}
+	return idx
+}
+
+// mapValue returns the scalar value of key in a mapping node.
+func mapValue(n *yaml.Node, key string) string {
+	if n.Kind != yaml.MappingNode {
+		return ""
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key && n.Content[i+1].Kind == yaml.ScalarNode {
+			return n.Content[i+1].Value
+		}
+	}
+	return ""
+}
+
+// convertTool turns a file tool into a definition; problems are those of
+// the file's syntax (durations, levels, YAML that is not JSON).
+func convertTool(ft *fileTool) (*store.Tool, []string) {
+	var probs []string
+	bad := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
+	t := &store.Tool{
+		Name:            ft.Name,
+		Description:     ft.Description,
+		ConnectorID:     ft.ConnectorID,
+		ProviderType:    store.ProviderType(strings.ToLower(strings.TrimSpace(ft.ProviderType))),
+		Capabilities:    ft.Capabilities,
+		RequiredScopes:  ft.RequiredScopes,
+		SupportsPreview: ft.SupportsPreview,
+		ConfigRef:       ft.ConfigRef,
+		AuditPayloads:   ft.AuditPayloads,
+		Source:          store.SourceFile,
+	}
+	if ft.DefaultRisk != "" {
+		r, err := toolkit.ParseRiskLevel(ft.DefaultRisk)
+		if err != nil {
+			bad("tool.default_risk: %v", err)
+		}
+		t.DefaultRisk = r
+	}
+	t.Timeout = parseDuration(ft.Timeout, "tool.timeout", bad)
+	t.ApprovalTTL = parseDuration(ft.ApprovalTTL, "tool.approval_ttl", bad)
+	for _, p := range ft.Policies {
+		var sp store.Policy
+		if p.SequentialDependency != nil {
+			sp.SequentialDependency = &store.SequentialDependency{Action: p.SequentialDependency.Action, Requires: p.SequentialDependency.Requires}
+		}
+		if p.ReadBeforeWrite != nil {
+			sp.ReadBeforeWrite = &store.ReadBeforeWrite{
+				ReadActions:   p.ReadBeforeWrite.ReadActions,
+				WriteActions:  p.ReadBeforeWrite.WriteActions,
+				CreateActions: p.ReadBeforeWrite.CreateActions,
+			}
+		}
+		t.Policies = append(t.Policies, sp)
+	}
+	for i, fa := range ft.Actions {
+		path := fmt.Sprintf("tool.actions[%d]", i)
+		a := store.Action{Name: fa.Name, Description: fa.Description, ResourceArgument: fa.ResourceArgument}
+		if fa.Risk != "" {
+			r, err := toolkit.ParseRiskLevel(fa.Risk)
+			if err != nil {
+				bad("%s.risk: %v", path, err)
+			}
+			a.Risk = r
+		}
+		a.InputSchema = nodeJSON(&fa.InputSchema, path+".input_schema", bad)
+		a.OutputSchema = nodeJSON(&fa.OutputSchema, path+".output_schema", bad)
+		for j, fx := range fa.Examples {
+			ep := fmt.Sprintf("%s.examples[%d]", path, j)
+			a.Examples = append(a.Examples, store.Example{
+				Description: fx.Description,
+				Input:       nodeJSON(&fx.Input, ep+".input", bad),
+				Output:      nodeJSON(&fx.Output, ep+".output", bad),
+			})
+		}
+		t.Actions = append(t.Actions, a)
+	}
+	return t, probs
+}
+
+func parseDuration(s, field string, bad func(string, ...any)) time.Duration {
+	if s == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		bad("%s: %q is not a duration like 30s or 2h", field, s)
+		return 0
+	}
+	return d
+}
+
+// nodeJSON converts a YAML value to JSON; nil if absent.
+func nodeJSON(n *yaml.Node, field string, bad func(string, ...any)) json.RawMessage {
+	if n.Kind == 0 {
+		return nil
+	}
+	v, err := nodeValue(n, 0)
+	if err != nil {
+		bad("%s: line %d: %v", field, n.Line, err)
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		bad("%s: line %d: %v", field, n.Line, err)
+		return nil
+	}
+	return b
+}
+
+// maxYAMLDepth bounds nesting (and alias expansion) of a converted value.
+const maxYAMLDepth = 64
+
+// nodeValue converts a YAML node to a value that encodes as JSON: mappings
+// with string keys, sequences, and scalars by their resolved tag.
+func nodeValue(n *yaml.Node, depth int) (any, error) {
+	if depth > maxYAMLDepth {
+		return nil, errors.New("nested too deeply")
+	}
+	switch n.Kind {
+	case yaml.DocumentNode:
+		if len(n.Content) == 0 {
+			return nil, nil
+		}
+		return nodeValue(n.Content[0], depth+1)
+	case yaml.AliasNode:
+		return nodeValue(n.Alias, depth+1)
+	case yaml.MappingNode:
+		m := make(map[string]any, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if k.Kind != yaml.ScalarNode || k.ShortTag() == "!!merge" {
+				return nil, fmt.Errorf("line %d: keys must be plain strings", k.Line)
+			}
+			v, err := nodeValue(n.Content[i+1], depth+1)
+			if err != nil {
+				return nil, err
+			}
+			m[k.Value] = v
+		}
+		return m, nil
+	case yaml.SequenceNode:
+		l := make([]any, 0, len(n.Content))
+		for _, c := range n.Content {
+			v, err := nodeValue(c, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			l = append(l, v)
+		}
+		return l, nil
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!null":
+			return nil, nil
+		case "!!bool":
+			var b bool
+			if err := n.Decode(&b); err != nil {
+				return nil, err
+			}
+			return b, nil
+		case "!!int":
+			var i int64
+			if err := n.Decode(&i); err != nil {
+				return nil, fmt.Errorf("line %d: %w", n.Line, err)
+			}
+			return json.Number(strconv.FormatInt(i, 10)), nil
+		case "!!float":
+			var f float64
+			if err := n.Decode(&f); err != nil {
+				return nil, fmt.Errorf("line %d: %w", n.Line, err)
+			}
+			if math.IsInf(f, 0) || math.IsNaN(f) {
+				return nil, fmt.Errorf("line %d: %s is not a JSON number", n.Line, n.Value)
+			}
+			return json.Number(strconv.FormatFloat(f, 'g', -1, 64)), nil
+		default: // strings, and timestamps or binaries kept as written
+			return n.Value, nil
+		}
+	}
+	return nil, fmt.Errorf("line %d: unsupported YAML node", n.Line)
+}
