@@ -1,0 +1,176 @@
+package health
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/store"
+)
+
+// ObservationKind is what a call's execution said about its tool.
+type ObservationKind int
+
+// Observation kinds.
+const (
+	// Success: the tool ran and reported success.
+	Success ObservationKind = iota
+	// BusinessFailure: the tool ran and reported success=false. The tool is
+	// responsive, so for its health this is a success.
+	BusinessFailure
+	// ToolError: the tool is unwell — transport error, timeout, panic,
+	// upstream 5xx.
+	ToolError
+	// RateLimited: the upstream refused for now, until a reset time.
+	RateLimited
+)
+
+// String names the kind for logs and audit details.
+func (k ObservationKind) String() string {
+	switch k {
+	case Success:
+		return "success"
+	case BusinessFailure:
+		return "business_failure"
+	case ToolError:
+		return "tool_error"
+	case RateLimited:
+		return "rate_limited"
+	default:
+		return fmt.Sprintf("ObservationKind(%d)", int(k))
+	}
+}
+
+// Observation is what one call's execution said about its tool.
+type Observation struct {
+	Kind ObservationKind
+	// Error describes a ToolError: short and already redacted (it is stored
+	// and shown to operators).
+	Error string
+	// RateLimitUntil is when a RateLimited tool accepts calls again.
+	RateLimitUntil time.Time
+	// Probe says the call was the half-open probe (Admission.Probe).
+	Probe bool
+}
+
+// Next is the state machine: the record after observation o at now, and
+// whether anything changed. When nothing changed it returns cur unchanged;
+// when something did, the result has UpdatedAt = now. The package doc lists
+// the rules.
+func Next(cfg Config, cur store.ToolHealth, o Observation, now time.Time) (store.ToolHealth, bool) {
+	now = normTime(now)
+	next := cur
+	open := cur.Status == store.HealthUnavailable && !cur.Drained
+	switch o.Kind {
+	case Success, BusinessFailure:
+		next.Status = store.HealthHealthy
+		next.ConsecutiveErrors = 0
+		next.Trips = 0
+		next.CooldownUntil = time.Time{}
+		next.ProbeUntil = time.Time{}
+		next.LastSuccessAt = now
+	case ToolError:
+		next.ConsecutiveErrors++
+		next.LastError = o.Error
+		next.LastErrorAt = now
+		switch {
+		case open && !o.Probe:
+			// A straggler admitted before the circuit opened: counted,
+			// but the open circuit and its cool-down stand.
+		case open || next.ConsecutiveErrors >= cfg.UnavailableAfter:
+			next.Status = store.HealthUnavailable
+			next.Trips++
+			next.CooldownUntil = now.Add(cfg.cooldown(next.Trips))
+			next.ProbeUntil = time.Time{}
+		case next.ConsecutiveErrors >= cfg.DegradedAfter:
+			next.Status = store.HealthDegraded
+		}
+	case RateLimited:
+		if until := normTime(o.RateLimitUntil); until.After(now) && until.After(cur.RateLimitResetsAt) {
+			next.RateLimitResetsAt = until
+		}
+		if o.Probe {
+			next.ProbeUntil = time.Time{}
+		}
+	default:
+		return cur, false
+	}
+	if cur.Drained {
+		// Only an operator's restore ends a drain.
+		next.Status = store.HealthUnavailable
+		next.Trips = cur.Trips
+		next.CooldownUntil = cur.CooldownUntil
+		next.ProbeUntil = cur.ProbeUntil
+	}
+	// LastSuccessAt alone is no change: see "writes only on change".
+	lastSuccess := next.LastSuccessAt
+	next.LastSuccessAt = cur.LastSuccessAt
+	if sameHealth(cur, next, true) {
+		return cur, false
+	}
+	next.LastSuccessAt = lastSuccess
+	next.UpdatedAt = now
+	return next, true
+}
+
+// sameHealth reports whether a and b are the same record, ignoring UpdatedAt
+// and, unless withProbe, ProbeUntil (which the API does not show).
+func sameHealth(a, b store.ToolHealth, withProbe bool) bool {
+	return a.Tool == b.Tool &&
+		a.Status == b.Status &&
+		a.ConsecutiveErrors == b.ConsecutiveErrors &&
+		a.LastSuccessAt.Equal(b.LastSuccessAt) &&
+		a.LastError == b.LastError &&
+		a.LastErrorAt.Equal(b.LastErrorAt) &&
+		a.RateLimitResetsAt.Equal(b.RateLimitResetsAt) &&
+		a.CooldownUntil.Equal(b.CooldownUntil) &&
+		a.Trips == b.Trips &&
+		(!withProbe || a.ProbeUntil.Equal(b.ProbeUntil)) &&
+		a.Drained == b.Drained &&
+		a.OverrideBy == b.OverrideBy &&
+		a.OverrideReason == b.OverrideReason
+}
+
+// describe says why a change from cur to next happened, for the audit trail.
+func describe(cur, next store.ToolHealth, o Observation) string {
+	switch o.Kind {
+	case Success, BusinessFailure:
+		what := "tool succeeded"
+		if o.Kind == BusinessFailure {
+			what = "tool responded (business failure)"
+		}
+		if o.Probe {
+			what = "probe: " + what
+		}
+		return what
+	case ToolError:
+		var what string
+		switch {
+		case next.Trips > cur.Trips && o.Probe:
+			what = fmt.Sprintf("probe failed; circuit open until %s", next.CooldownUntil.Format(time.RFC3339))
+		case next.Trips > cur.Trips:
+			what = fmt.Sprintf("%d consecutive tool errors; circuit open until %s", next.ConsecutiveErrors, next.CooldownUntil.Format(time.RFC3339))
+		default:
+			what = fmt.Sprintf("%d consecutive tool errors", next.ConsecutiveErrors)
+		}
+		if o.Error != "" {
+			what += ": " + o.Error
+		}
+		return what
+	case RateLimited:
+		if !next.RateLimitResetsAt.Equal(cur.RateLimitResetsAt) {
+			return "rate limited until " + next.RateLimitResetsAt.Format(time.RFC3339)
+		}
+		return "rate limited; probe released"
+	default:
+		return o.Kind.String()
+	}
+}
+
+// normTime puts t in the form the stores keep (UTC, microseconds, no
+// monotonic reading), so that cached and stored records compare equal.
+func normTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.Truncate(time.Microsecond).UTC()
+}
