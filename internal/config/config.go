@@ -1,0 +1,351 @@
+// Package config owns toolsvc's configuration: its schema and defaults, how
+// it is read (a YAML file, TOOLSVC_* environment variables and command-line
+// flags, in increasing precedence) and its validation, which reports every
+// problem at once, each naming its key.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/toolsvc/toolsvc/internal/auth"
+	"github.com/toolsvc/toolsvc/internal/gate"
+	"github.com/toolsvc/toolsvc/internal/health"
+	"github.com/toolsvc/toolsvc/internal/idempotency"
+	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/toolkit"
+)
+
+// Defaults.
+const (
+	DefaultListen          = "127.0.0.1:50051"
+	DefaultShutdownTimeout = 15 * time.Second
+	DefaultApprovalTTL     = time.Hour
+	DefaultPreviewTTL      = 10 * time.Minute
+	DefaultLogLevel        = "info"
+	DefaultLogFormat       = "json"
+)
+
+// Config is the whole configuration of the server. Keys are the mapstructure
+// tags, nested with "." (file) or "_" (environment: TOOLSVC_LOG_LEVEL).
+type Config struct {
+	// Listen is the gRPC listen address, host:port. While authentication is
+	// off it must be a loopback address.
+	Listen string `mapstructure:"listen"`
+	// DatabaseURL selects the Postgres store; empty means the in-memory store.
+	DatabaseURL string `mapstructure:"database_url"`
+	// Migrate applies pending migrations at start (Postgres only).
+	Migrate bool `mapstructure:"migrate"`
+	// ToolsFile is a YAML file of tool definitions synced at start.
+	ToolsFile string `mapstructure:"tools_file"`
+	// DemoTools registers the demo tools. Unset means on with the memory
+	// store and off with Postgres; see DemoToolsEnabled.
+	DemoTools *bool `mapstructure:"demo_tools"`
+	// Log configures the server's log (on stderr).
+	Log LogConfig `mapstructure:"log"`
+	// ShutdownTimeout bounds how long in-flight calls may run after a
+	// shutdown signal.
+	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
+	// Auth configures authentication.
+	Auth AuthConfig `mapstructure:"auth"`
+	// Principals are development identities: a request naming one of these
+	// ids in x-toolsvc-principal gets exactly these roles and scopes; any
+	// other id gets every role and scope.
+	Principals []PrincipalConfig `mapstructure:"principals"`
+	// Approvals configures approvals.
+	Approvals TTLConfig `mapstructure:"approvals"`
+	// Previews configures preview tokens.
+	Previews TTLConfig `mapstructure:"previews"`
+	// Gate configures risk adjusters and the autonomy x risk matrix.
+	Gate gate.Config `mapstructure:"gate"`
+	// Health configures the tool health state machine.
+	Health health.Config `mapstructure:"health"`
+	// Idempotency configures call leases, retention and the reaper.
+	Idempotency idempotency.Config `mapstructure:"idempotency"`
+}
+
+// LogConfig configures logging.
+type LogConfig struct {
+	// Level is debug, info, warn or error.
+	Level string `mapstructure:"level"`
+	// Format is json or text.
+	Format string `mapstructure:"format"`
+}
+
+// AuthConfig configures authentication.
+type AuthConfig struct {
+	// Enabled must be false until token and mTLS authentication are built.
+	Enabled bool `mapstructure:"enabled"`
+}
+
+// TTLConfig is a section with a time to live.
+type TTLConfig struct {
+	TTL time.Duration `mapstructure:"ttl"`
+}
+
+// PrincipalConfig declares a development identity.
+type PrincipalConfig struct {
+	ID     string   `mapstructure:"id"`
+	Roles  []string `mapstructure:"roles"`
+	Scopes []string `mapstructure:"scopes"`
+	// MaxAutonomy defaults to AUTONOMOUS.
+	MaxAutonomy string `mapstructure:"max_autonomy"`
+	// DefaultAutonomy defaults to SUPERVISED, capped by MaxAutonomy.
+	DefaultAutonomy string `mapstructure:"default_autonomy"`
+}
+
+// Default returns the configuration with every default applied.
+func Default() *Config {
+	return &Config{
+		Listen:          DefaultListen,
+		Log:             LogConfig{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		ShutdownTimeout: DefaultShutdownTimeout,
+		Approvals:       TTLConfig{TTL: DefaultApprovalTTL},
+		Previews:        TTLConfig{TTL: DefaultPreviewTTL},
+		Gate:            gate.DefaultConfig(),
+		Health:          health.DefaultConfig(),
+		Idempotency:     idempotency.DefaultConfig(),
+	}
+}
+
+// StoreKind names the store the configuration selects: "memory" or "postgres".
+func (c *Config) StoreKind() string {
+	if c.DatabaseURL == "" {
+		return "memory"
+	}
+	return "postgres"
+}
+
+// DemoToolsEnabled reports whether the demo tools are registered: as set, or
+// else on with the memory store and off with Postgres (a production database
+// should not fill up with demo tools by accident).
+func (c *Config) DemoToolsEnabled() bool {
+	if c.DemoTools != nil {
+		return *c.DemoTools
+	}
+	return c.DatabaseURL == ""
+}
+
+// Error is an invalid configuration: every problem found, one per line, each
+// starting with the key it concerns.
+type Error struct {
+	Problems []string
+}
+
+func (e *Error) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		// Continuation lines of a problem are indented under it.
+		lines[i] = strings.ReplaceAll(p, "\n", "\n    ")
+	}
+	return "invalid configuration:\n  - " + strings.Join(lines, "\n  - ")
+}
+
+// problems collects validation problems.
+type problems []string
+
+func (p *problems) add(key, format string, args ...any) {
+	*p = append(*p, key+": "+fmt.Sprintf(format, args...))
+}
+
+// addErr adds the lines of a (possibly joined) error, each prefixed with
+// section unless it already names a key in it.
+func (p *problems) addErr(section string, err error) {
+	for _, line := range errorLines(err) {
+		if !strings.HasPrefix(line, section+".") && !strings.HasPrefix(line, section+":") {
+			line = section + "." + line
+		}
+		*p = append(*p, line)
+	}
+}
+
+// errorLines flattens a joined error into its leaves' messages. A leaf's
+// message may span lines (a CEL error shows the expression and a caret).
+func errorLines(err error) []string {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []string
+		for _, e := range j.Unwrap() {
+			out = append(out, errorLines(e)...)
+		}
+		return out
+	}
+	return []string{strings.TrimSpace(err.Error())}
+}
+
+// Validate checks the whole configuration and returns an *Error listing every
+// problem, or nil.
+func (c *Config) Validate() error {
+	var p problems
+	c.validateListen(&p)
+	if c.DatabaseURL != "" {
+		// The parser's own messages may quote the URL, password included.
+		if _, err := pgconn.ParseConfig(c.DatabaseURL); err != nil {
+			p.add("database_url", "not a valid Postgres connection string (want postgres://user:password@host:5432/dbname or key=value pairs)")
+		}
+	}
+	if c.Migrate && c.DatabaseURL == "" {
+		p.add("migrate", "needs database_url: the in-memory store has no migrations")
+	}
+	if c.ToolsFile != "" {
+		if _, err := registry.LoadFile(c.ToolsFile); err != nil {
+			var fe *registry.FileError
+			if errors.As(err, &fe) {
+				for _, prob := range fe.Problems {
+					p.add("tools_file", "%s", prob)
+				}
+			} else {
+				p.add("tools_file", "%v", err)
+			}
+		}
+	}
+	switch strings.ToLower(c.Log.Level) {
+	case "debug", "info", "warn", "error":
+	default:
+		p.add("log.level", "must be debug, info, warn or error, not %q", c.Log.Level)
+	}
+	switch strings.ToLower(c.Log.Format) {
+	case "json", "text":
+	default:
+		p.add("log.format", "must be json or text, not %q", c.Log.Format)
+	}
+	if c.ShutdownTimeout <= 0 {
+		p.add("shutdown_timeout", "must be positive, not %s", c.ShutdownTimeout)
+	}
+	if c.Auth.Enabled {
+		p.add("auth.enabled", "authentication is not built yet; leave it false (the server then accepts connections on loopback only)")
+	}
+	c.validatePrincipals(&p)
+	switch {
+	case c.Approvals.TTL <= 0:
+		p.add("approvals.ttl", "must be positive, not %s", c.Approvals.TTL)
+	case c.Approvals.TTL > registry.MaxApprovalTTL:
+		p.add("approvals.ttl", "must be at most %s, not %s", registry.MaxApprovalTTL, c.Approvals.TTL)
+	}
+	if c.Previews.TTL <= 0 {
+		p.add("previews.ttl", "must be positive, not %s", c.Previews.TTL)
+	}
+	// Building the gate compiles the CEL adjusters: a mistake in one is a
+	// configuration error reported with the rest.
+	if _, err := gate.New(c.Gate); err != nil {
+		p.addErr("gate", err)
+	}
+	p.addErr("health", c.Health.Validate())
+	p.addErr("idempotency", c.Idempotency.Validate())
+	if len(p) > 0 {
+		return &Error{Problems: p}
+	}
+	return nil
+}
+
+func (c *Config) validateListen(p *problems) {
+	host, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		p.add("listen", "want host:port (e.g. %s), got %q", DefaultListen, c.Listen)
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		p.add("listen", "port must be a number from 0 to 65535, got %q", port)
+	}
+	// Until authentication is built this holds whatever auth.enabled says
+	// (enabling it is refused on its own).
+	if !loopback(host) {
+		p.add("listen", "%q is not a loopback address: authentication is off (see auth.enabled), so toolsvc only listens on loopback (127.0.0.1, ::1 or localhost); anyone who can connect may act as any principal", c.Listen)
+	}
+}
+
+// loopback reports whether host only ever means this machine. An empty host
+// means every interface.
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	addr, err := netip.ParseAddr(host)
+	return err == nil && addr.IsLoopback()
+}
+
+func (c *Config) validatePrincipals(p *problems) {
+	seen := map[string]int{}
+	for i, pc := range c.Principals {
+		key := fmt.Sprintf("principals[%d]", i)
+		if err := auth.ValidatePrincipalID(pc.ID); err != nil {
+			p.add(key+".id", "%v", err)
+		} else if j, dup := seen[pc.ID]; dup {
+			p.add(key+".id", "%q is also principals[%d]", pc.ID, j)
+		} else {
+			seen[pc.ID] = i
+		}
+		if len(pc.Roles) == 0 {
+			p.add(key+".roles", "at least one role is required (agent, approver, operator)")
+		}
+		for j, r := range pc.Roles {
+			if _, err := auth.ParseRole(r); err != nil {
+				p.add(fmt.Sprintf("%s.roles[%d]", key, j), "%v", err)
+			}
+		}
+		for j, s := range pc.Scopes {
+			if strings.TrimSpace(s) == "" {
+				p.add(fmt.Sprintf("%s.scopes[%d]", key, j), "must not be empty")
+			}
+		}
+		maxA, errMax := parseAutonomy(pc.MaxAutonomy, toolkit.AutonomyAutonomous)
+		if errMax != nil {
+			p.add(key+".max_autonomy", "%v", errMax)
+		}
+		if pc.DefaultAutonomy != "" {
+			def, err := parseAutonomy(pc.DefaultAutonomy, toolkit.AutonomySupervised)
+			switch {
+			case err != nil:
+				p.add(key+".default_autonomy", "%v", err)
+			case errMax == nil && def > maxA:
+				p.add(key+".default_autonomy", "%s is above max_autonomy %s", def, maxA)
+			}
+		}
+	}
+}
+
+func parseAutonomy(s string, def toolkit.AutonomyLevel) (toolkit.AutonomyLevel, error) {
+	if strings.TrimSpace(s) == "" {
+		return def, nil
+	}
+	return toolkit.ParseAutonomyLevel(s)
+}
+
+// DevPrincipals returns the configured development principals. Call it on a
+// validated configuration.
+func (c *Config) DevPrincipals() ([]*auth.Principal, error) {
+	out := make([]*auth.Principal, 0, len(c.Principals))
+	for i, pc := range c.Principals {
+		pr := &auth.Principal{ID: pc.ID, Scopes: slices.Clone(pc.Scopes)}
+		for _, r := range pc.Roles {
+			role, err := auth.ParseRole(r)
+			if err != nil {
+				return nil, fmt.Errorf("principals[%d]: %w", i, err)
+			}
+			if !slices.Contains(pr.Roles, role) {
+				pr.Roles = append(pr.Roles, role)
+			}
+		}
+		var err error
+		if pr.MaxAutonomy, err = parseAutonomy(pc.MaxAutonomy, toolkit.AutonomyAutonomous); err != nil {
+			return nil, fmt.Errorf("principals[%d].max_autonomy: %w", i, err)
+		}
+		if pr.DefaultAutonomy, err = parseAutonomy(pc.DefaultAutonomy, toolkit.AutonomySupervised); err != nil {
+			return nil, fmt.Errorf("principals[%d].default_autonomy: %w", i, err)
+		}
+		// An unset default never exceeds the maximum.
+		pr.DefaultAutonomy = min(pr.DefaultAutonomy, pr.MaxAutonomy)
+		out = append(out, pr)
+	}
+	return out, nil
+}

@@ -1,0 +1,336 @@
+package config_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/toolsvc/toolsvc/internal/auth"
+	"github.com/toolsvc/toolsvc/internal/config"
+	"github.com/toolsvc/toolsvc/toolkit"
+)
+
+func envOf(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		return v, ok
+	}
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// problemsOf returns the problems of a configuration error.
+func problemsOf(t *testing.T, err error) []string {
+	t.Helper()
+	var ce *config.Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("want *config.Error, got %v", err)
+	}
+	return ce.Problems
+}
+
+// requireProblem asserts that one problem starts with key and contains each
+// fragment.
+func requireProblem(t *testing.T, problems []string, key string, fragments ...string) {
+	t.Helper()
+	for _, p := range problems {
+		rest, found := strings.CutPrefix(p, key)
+		if !found || rest == "" || !strings.ContainsRune(":[ ", rune(rest[0])) {
+			continue
+		}
+		ok := true
+		for _, f := range fragments {
+			ok = ok && strings.Contains(p, f)
+		}
+		if ok {
+			return
+		}
+	}
+	t.Errorf("no problem for %s containing %q in:\n  %s", key, fragments, strings.Join(problems, "\n  "))
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := config.Load(config.Sources{Env: envOf(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cfg, config.Default()) {
+		t.Fatalf("loaded %+v, want the defaults %+v", cfg, config.Default())
+	}
+	if cfg.Listen != "127.0.0.1:50051" || cfg.ShutdownTimeout != 15*time.Second ||
+		cfg.Approvals.TTL != time.Hour || cfg.Previews.TTL != 10*time.Minute ||
+		cfg.Log.Format != "json" || cfg.Log.Level != "info" || cfg.Auth.Enabled {
+		t.Fatalf("unexpected defaults %+v", cfg)
+	}
+	if cfg.StoreKind() != "memory" || !cfg.DemoToolsEnabled() {
+		t.Fatalf("memory store with demo tools expected: %s %v", cfg.StoreKind(), cfg.DemoToolsEnabled())
+	}
+	if cfg.Health.DegradedAfter != 3 || cfg.Idempotency.Retention != 24*time.Hour {
+		t.Fatalf("package defaults not applied: %+v %+v", cfg.Health, cfg.Idempotency)
+	}
+}
+
+func TestEnvironmentOverrides(t *testing.T) {
+	cfg, err := config.Load(config.Sources{Env: envOf(map[string]string{
+		"TOOLSVC_LISTEN":                   "localhost:6000",
+		"TOOLSVC_DATABASE_URL":             "postgres://postgres@127.0.0.1:5432/toolsvc",
+		"TOOLSVC_MIGRATE":                  "true",
+		"TOOLSVC_LOG_LEVEL":                "debug",
+		"TOOLSVC_LOG_FORMAT":               "text",
+		"TOOLSVC_SHUTDOWN_TIMEOUT":         "3s",
+		"TOOLSVC_APPROVALS_TTL":            "2h",
+		"TOOLSVC_PREVIEWS_TTL":             "1m",
+		"TOOLSVC_GATE_COST_LIMIT":          "500",
+		"TOOLSVC_HEALTH_DEGRADED_AFTER":    "2",
+		"TOOLSVC_IDEMPOTENCY_LEASE":        "10s",
+		"TOOLSVC_IDEMPOTENCY_REAPER_BATCH": "7",
+		"UNRELATED":                        "x",
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != "localhost:6000" || cfg.DatabaseURL != "postgres://postgres@127.0.0.1:5432/toolsvc" || !cfg.Migrate ||
+		cfg.Log.Level != "debug" || cfg.Log.Format != "text" || cfg.ShutdownTimeout != 3*time.Second ||
+		cfg.Approvals.TTL != 2*time.Hour || cfg.Previews.TTL != time.Minute || cfg.Gate.CostLimit != 500 ||
+		cfg.Health.DegradedAfter != 2 || cfg.Idempotency.Lease != 10*time.Second || cfg.Idempotency.ReaperBatch != 7 {
+		t.Fatalf("environment not applied: %+v", cfg)
+	}
+	// Keys the environment did not set keep their defaults.
+	if cfg.Health.UnavailableAfter != 5 || cfg.Idempotency.Retention != 24*time.Hour {
+		t.Fatalf("defaults lost: %+v %+v", cfg.Health, cfg.Idempotency)
+	}
+	if cfg.StoreKind() != "postgres" || cfg.DemoToolsEnabled() {
+		t.Fatal("postgres without demo tools expected")
+	}
+
+	cfg, err = config.Load(config.Sources{Env: envOf(map[string]string{
+		"TOOLSVC_DATABASE_URL": "postgres://postgres@127.0.0.1:5432/toolsvc",
+		"TOOLSVC_DEMO_TOOLS":   "true",
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.DemoToolsEnabled() {
+		t.Fatal("demo_tools=true with Postgres ignored")
+	}
+	cfg, err = config.Load(config.Sources{Env: envOf(map[string]string{"TOOLSVC_DEMO_TOOLS": "false"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.DemoToolsEnabled() {
+		t.Fatal("demo_tools=false with the memory store ignored")
+	}
+}
+
+func TestPrecedence(t *testing.T) {
+	file := writeFile(t, "c.yaml", "listen: 127.0.0.1:1001\nlog:\n  format: text\n")
+	env := map[string]string{"TOOLSVC_LISTEN": "127.0.0.1:1002"}
+	newFlags := func(args ...string) *pflag.FlagSet {
+		fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+		config.RegisterFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return fs
+	}
+	for _, tc := range []struct {
+		name  string
+		src   config.Sources
+		want  string
+		level string
+	}{
+		{"file", config.Sources{File: file, Flags: newFlags()}, "127.0.0.1:1001", "info"},
+		{"env over file", config.Sources{File: file, Env: envOf(env), Flags: newFlags()}, "127.0.0.1:1002", "info"},
+		{"flag over env", config.Sources{File: file, Env: envOf(env), Flags: newFlags("--listen", "127.0.0.1:1003", "--log-level", "warn")}, "127.0.0.1:1003", "warn"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.Load(tc.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Listen != tc.want || cfg.Log.Level != tc.level {
+				t.Fatalf("listen %s level %s, want %s %s", cfg.Listen, cfg.Log.Level, tc.want, tc.level)
+			}
+			// The file's other keys survive.
+			if cfg.Log.Format != "text" {
+				t.Fatalf("file's log.format lost: %q", cfg.Log.Format)
+			}
+		})
+	}
+	// A flag not given does not override the file with its default.
+	cfg, err := config.Load(config.Sources{File: writeFile(t, "d.yaml", "demo_tools: true\nshutdown_timeout: 4s\n"), Flags: newFlags()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.DemoToolsEnabled() || cfg.ShutdownTimeout != 4*time.Second {
+		t.Fatalf("unset flags overrode the file: %+v", cfg)
+	}
+	cfg, err = config.Load(config.Sources{Flags: newFlags("--demo-tools=false", "--database-url", "postgres://x@127.0.0.1/db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.DemoToolsEnabled() || cfg.DatabaseURL != "postgres://x@127.0.0.1/db" {
+		t.Fatalf("flags ignored: %+v", cfg)
+	}
+}
+
+func TestFileWithManyErrorsReportsAll(t *testing.T) {
+	tools := writeFile(t, "tools.yaml", "tools:\n  - name: Bad Name\n    description: x\n")
+	file := writeFile(t, "bad.yaml", `
+listen: 0.0.0.0:50051
+migrate: true
+tools_file: `+tools+`
+log:
+  level: loud
+  colour: blue
+shutdown_timeout: 15
+auth:
+  enabled: true
+frobnicate: 1
+principals:
+  - id: alice
+    roles: [agent, admin]
+    max_autonomy: ASSISTED
+    default_autonomy: AUTONOMOUS
+  - id: alice
+    roles: []
+approvals:
+  ttl: -1s
+previews:
+  ttl: 0s
+gate:
+  matrix:
+    supervised:
+      medium: maybe
+  adjusters:
+    - name: big
+      when: "args.amount >"
+      level: HIGH
+health:
+  degraded_after: 0
+idempotency:
+  reaper_batch: 0
+`)
+	_, err := config.Load(config.Sources{File: file})
+	ps := problemsOf(t, err)
+	requireProblem(t, ps, "listen", "loopback", "authentication is off")
+	requireProblem(t, ps, "migrate", "database_url")
+	requireProblem(t, ps, "tools_file")
+	requireProblem(t, ps, "log.level", "loud")
+	requireProblem(t, ps, "log.colour", "unknown key")
+	requireProblem(t, ps, "frobnicate", "unknown key")
+	requireProblem(t, ps, "shutdown_timeout", "unit")
+	requireProblem(t, ps, "auth.enabled", "not built yet")
+	requireProblem(t, ps, "principals[0].roles[1]", "admin")
+	requireProblem(t, ps, "principals[0].default_autonomy", "above max_autonomy")
+	requireProblem(t, ps, "principals[1].id", "principals[0]")
+	requireProblem(t, ps, "principals[1].roles", "at least one role")
+	requireProblem(t, ps, "approvals.ttl", "positive")
+	requireProblem(t, ps, "previews.ttl", "positive")
+	requireProblem(t, ps, "gate.matrix.supervised.medium", "maybe")
+	requireProblem(t, ps, "gate.adjusters")
+	requireProblem(t, ps, "health.degraded_after")
+	requireProblem(t, ps, "idempotency.reaper_batch")
+	// The message is readable: one line per problem.
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "invalid configuration:\n  - ") || strings.Count(msg, "\n  - ") != len(ps) {
+		t.Fatalf("unreadable message:\n%s", msg)
+	}
+}
+
+func TestUnknownKey(t *testing.T) {
+	_, err := config.Load(config.Sources{File: writeFile(t, "c.yaml", "listen: 127.0.0.1:1\ndatabase_ulr: x\nhealth:\n  cooldwn: 5s\n")})
+	ps := problemsOf(t, err)
+	requireProblem(t, ps, "database_ulr", "unknown key")
+	requireProblem(t, ps, "health.cooldwn", "unknown key")
+	if len(ps) != 2 {
+		t.Fatalf("want exactly the two unknown keys, got %q", ps)
+	}
+}
+
+func TestListen(t *testing.T) {
+	for _, ok := range []string{"127.0.0.1:50051", "localhost:0", "[::1]:7000", "127.0.0.2:5"} {
+		if _, err := config.Load(config.Sources{Env: envOf(map[string]string{"TOOLSVC_LISTEN": ok})}); err != nil {
+			t.Errorf("%s refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"0.0.0.0:50051", ":50051", "[::]:50051", "10.1.2.3:1", "example.com:80"} {
+		_, err := config.Load(config.Sources{Env: envOf(map[string]string{"TOOLSVC_LISTEN": bad})})
+		requireProblem(t, problemsOf(t, err), "listen", "not a loopback address", "auth.enabled")
+	}
+	for _, bad := range []string{"50051", "127.0.0.1:http", "127.0.0.1:70000"} {
+		_, err := config.Load(config.Sources{Env: envOf(map[string]string{"TOOLSVC_LISTEN": bad})})
+		requireProblem(t, problemsOf(t, err), "listen")
+	}
+}
+
+func TestDatabaseURLProblemHidesPassword(t *testing.T) {
+	_, err := config.Load(config.Sources{Env: envOf(map[string]string{
+		"TOOLSVC_DATABASE_URL": "postgres://u:hunter2@127.0.0.1:notaport/db",
+	})})
+	ps := problemsOf(t, err)
+	requireProblem(t, ps, "database_url", "not a valid Postgres connection string")
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("password leaked: %v", err)
+	}
+}
+
+func TestMissingAndBrokenFile(t *testing.T) {
+	_, err := config.Load(config.Sources{File: filepath.Join(t.TempDir(), "nope.yaml")})
+	if ps := problemsOf(t, err); len(ps) != 1 || !strings.Contains(ps[0], "nope.yaml") {
+		t.Fatalf("got %q", ps)
+	}
+	_, err = config.Load(config.Sources{File: writeFile(t, "b.yaml", "listen: [unclosed\n")})
+	if ps := problemsOf(t, err); len(ps) != 1 || !strings.Contains(ps[0], "b.yaml") {
+		t.Fatalf("got %q", ps)
+	}
+}
+
+func TestDevPrincipals(t *testing.T) {
+	cfg, err := config.Load(config.Sources{File: writeFile(t, "p.yaml", `
+principals:
+  - id: approver-1
+    roles: [approver]
+  - id: cautious-agent
+    roles: [agent, agent]
+    scopes: ["notes:read"]
+    max_autonomy: assisted
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := cfg.DevPrincipals()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []*auth.Principal{
+		{ID: "approver-1", Roles: []auth.Role{auth.RoleApprover}, Scopes: []string{},
+			MaxAutonomy: toolkit.AutonomyAutonomous, DefaultAutonomy: toolkit.AutonomySupervised},
+		{ID: "cautious-agent", Roles: []auth.Role{auth.RoleAgent}, Scopes: []string{"notes:read"},
+			MaxAutonomy: toolkit.AutonomyAssisted, DefaultAutonomy: toolkit.AutonomyAssisted},
+	}
+	if len(ps) != 2 {
+		t.Fatalf("got %d principals", len(ps))
+	}
+	for i := range want {
+		if ps[i].Scopes == nil {
+			ps[i].Scopes = []string{}
+		}
+		if !reflect.DeepEqual(ps[i], want[i]) {
+			t.Fatalf("principal %d: got %+v, want %+v", i, ps[i], want[i])
+		}
+	}
+}

@@ -1,0 +1,307 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/toolkit"
+)
+
+// Conversions between the API's messages and the domain types. They only
+// translate representations: every rule about values (names, ranges, schemas)
+// is the registry's. What cannot be represented in the domain at all (an
+// unknown enum number, a malformed duration, a schema that does not encode as
+// JSON) is a field violation with the same paths the registry uses.
+
+// riskFromProto maps the API's risk level; numbers are shared, so an
+// unknown number stays out of range and the registry names it.
+func riskFromProto(r toolsvcv1.RiskLevel) toolkit.RiskLevel { return toolkit.RiskLevel(r) }
+
+func riskToProto(r toolkit.RiskLevel) toolsvcv1.RiskLevel { return toolsvcv1.RiskLevel(r) }
+
+// autonomyFromProto maps the API's autonomy level (numbers are shared).
+func autonomyFromProto(a toolsvcv1.AutonomyLevel) toolkit.AutonomyLevel {
+	return toolkit.AutonomyLevel(a)
+}
+
+func autonomyToProto(a toolkit.AutonomyLevel) toolsvcv1.AutonomyLevel {
+	return toolsvcv1.AutonomyLevel(a)
+}
+
+func providerFromProto(p toolsvcv1.ProviderType) store.ProviderType {
+	switch p {
+	case toolsvcv1.ProviderType_PROVIDER_TYPE_UNSPECIFIED:
+		// The API documents UNSPECIFIED as NATIVE; the registry defaults "".
+		return ""
+	case toolsvcv1.ProviderType_PROVIDER_TYPE_NATIVE:
+		return store.ProviderNative
+	case toolsvcv1.ProviderType_PROVIDER_TYPE_MCP:
+		return store.ProviderMCP
+	}
+	// Out of range: keep the number visible so the registry's message names it.
+	return store.ProviderType(fmt.Sprintf("PROVIDER_TYPE(%d)", int32(p)))
+}
+
+func providerToProto(p store.ProviderType) toolsvcv1.ProviderType {
+	switch p {
+	case store.ProviderNative:
+		return toolsvcv1.ProviderType_PROVIDER_TYPE_NATIVE
+	case store.ProviderMCP:
+		return toolsvcv1.ProviderType_PROVIDER_TYPE_MCP
+	}
+	return toolsvcv1.ProviderType_PROVIDER_TYPE_UNSPECIFIED
+}
+
+func sourceToProto(s store.ToolSource) toolsvcv1.ToolSource {
+	switch s {
+	case store.SourceAPI:
+		return toolsvcv1.ToolSource_TOOL_SOURCE_API
+	case store.SourceFile:
+		return toolsvcv1.ToolSource_TOOL_SOURCE_FILE
+	case store.SourceBuiltin:
+		return toolsvcv1.ToolSource_TOOL_SOURCE_BUILTIN
+	}
+	return toolsvcv1.ToolSource_TOOL_SOURCE_UNSPECIFIED
+}
+
+// toolFromProto converts a tool definition from the API, ignoring its
+// output-only fields. Problems are added to v under the "tool." prefix.
+func toolFromProto(pb *toolsvcv1.Tool, v *fault.Violations) *store.Tool {
+	if pb == nil {
+		return nil
+	}
+	t := &store.Tool{
+		Name:            pb.GetName(),
+		Description:     pb.GetDescription(),
+		ConnectorID:     pb.GetConnectorId(),
+		ProviderType:    providerFromProto(pb.GetProviderType()),
+		Capabilities:    pb.GetCapabilities(),
+		RequiredScopes:  pb.GetRequiredScopes(),
+		DefaultRisk:     riskFromProto(pb.GetDefaultRisk()),
+		SupportsPreview: pb.GetSupportsPreview(),
+		Timeout:         durationFromProto(pb.GetTimeout(), "tool.timeout", v),
+		ConfigRef:       pb.GetConfigRef(),
+		ApprovalTTL:     durationFromProto(pb.GetApprovalTtl(), "tool.approval_ttl", v),
+		AuditPayloads:   pb.GetAuditPayloads(),
+	}
+	for i, a := range pb.GetActions() {
+		path := fmt.Sprintf("tool.actions[%d]", i)
+		t.Actions = append(t.Actions, actionFromProto(a, path, v))
+	}
+	for i, p := range pb.GetPolicies() {
+		path := fmt.Sprintf("tool.policies[%d]", i)
+		t.Policies = append(t.Policies, policyFromProto(p, path, v))
+	}
+	return t
+}
+
+func actionFromProto(pb *toolsvcv1.Action, path string, v *fault.Violations) store.Action {
+	a := store.Action{
+		Name:             pb.GetName(),
+		Description:      pb.GetDescription(),
+		InputSchema:      structToJSON(pb.GetInputSchema(), path+".input_schema", v),
+		OutputSchema:     structToJSON(pb.GetOutputSchema(), path+".output_schema", v),
+		Risk:             riskFromProto(pb.GetRisk()),
+		ResourceArgument: pb.GetResourceArgument(),
+	}
+	for i, ex := range pb.GetExamples() {
+		ep := fmt.Sprintf("%s.examples[%d]", path, i)
+		a.Examples = append(a.Examples, store.Example{
+			Description: ex.GetDescription(),
+			Input:       structToJSON(ex.GetInput(), ep+".input", v),
+			Output:      valueToJSON(ex.GetOutput(), ep+".output", v),
+		})
+	}
+	return a
+}
+
+func policyFromProto(pb *toolsvcv1.Policy, path string, v *fault.Violations) store.Policy {
+	switch k := pb.GetKind().(type) {
+	case *toolsvcv1.Policy_SequentialDependency:
+		return store.Policy{SequentialDependency: &store.SequentialDependency{
+			Action:   k.SequentialDependency.GetAction(),
+			Requires: k.SequentialDependency.GetRequires(),
+		}}
+	case *toolsvcv1.Policy_ReadBeforeWrite:
+		return store.Policy{ReadBeforeWrite: &store.ReadBeforeWrite{
+			ReadActions:   k.ReadBeforeWrite.GetReadActions(),
+			WriteActions:  k.ReadBeforeWrite.GetWriteActions(),
+			CreateActions: k.ReadBeforeWrite.GetCreateActions(),
+		}}
+	}
+	v.Add(path, "one of sequential_dependency or read_before_write must be set")
+	return store.Policy{}
+}
+
+func durationFromProto(d *durationpb.Duration, path string, v *fault.Violations) time.Duration {
+	if d == nil {
+		return 0
+	}
+	if err := d.CheckValid(); err != nil {
+		v.Add(path, "is not a valid duration: %v", err)
+		return 0
+	}
+	return d.AsDuration()
+}
+
+func durationToProto(d time.Duration) *durationpb.Duration {
+	if d == 0 {
+		return nil
+	}
+	return durationpb.New(d)
+}
+
+func timeToProto(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+// structToJSON encodes a Struct as a JSON object; nil stays nil (absent).
+func structToJSON(s *structpb.Struct, path string, v *fault.Violations) json.RawMessage {
+	if s == nil {
+		return nil
+	}
+	b, err := json.Marshal(s.AsMap())
+	if err != nil {
+		v.Add(path, "cannot be encoded as JSON: %v", err)
+		return nil
+	}
+	return b
+}
+
+// valueToJSON encodes a Value as JSON; nil stays nil (absent).
+func valueToJSON(val *structpb.Value, path string, v *fault.Violations) json.RawMessage {
+	if val == nil {
+		return nil
+	}
+	b, err := json.Marshal(val.AsInterface())
+	if err != nil {
+		v.Add(path, "cannot be encoded as JSON: %v", err)
+		return nil
+	}
+	return b
+}
+
+// jsonToStruct decodes a stored JSON object; absent stays nil.
+func jsonToStruct(raw json.RawMessage) (*structpb.Struct, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if m == nil { // JSON null
+		return nil, nil
+	}
+	return structpb.NewStruct(m)
+}
+
+// jsonToValue decodes any stored JSON value; absent stays nil.
+func jsonToValue(raw json.RawMessage) (*structpb.Value, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, nil
+	}
+	var x any
+	if err := json.Unmarshal(raw, &x); err != nil {
+		return nil, fmt.Errorf("invalid JSON: %w", err)
+	}
+	return structpb.NewValue(x)
+}
+
+// toolToProto converts a stored tool for the API. It fails only if a stored
+// JSON document does not fit its message (a schema that is not an object),
+// which the registry never stores.
+func toolToProto(t *store.Tool) (*toolsvcv1.Tool, error) {
+	pb := &toolsvcv1.Tool{
+		Name:            t.Name,
+		Description:     t.Description,
+		ConnectorId:     t.ConnectorID,
+		ProviderType:    providerToProto(t.ProviderType),
+		Capabilities:    t.Capabilities,
+		RequiredScopes:  t.RequiredScopes,
+		DefaultRisk:     riskToProto(t.DefaultRisk),
+		SupportsPreview: t.SupportsPreview,
+		Timeout:         durationToProto(t.Timeout),
+		ConfigRef:       t.ConfigRef,
+		ApprovalTtl:     durationToProto(t.ApprovalTTL),
+		AuditPayloads:   t.AuditPayloads,
+		Version:         t.Version,
+		Source:          sourceToProto(t.Source),
+		CreateTime:      timeToProto(t.CreatedAt),
+		UpdateTime:      timeToProto(t.UpdatedAt),
+	}
+	for i := range t.Actions {
+		a, err := actionToProto(&t.Actions[i])
+		if err != nil {
+			return nil, fmt.Errorf("tool %q action %q: %w", t.Name, t.Actions[i].Name, err)
+		}
+		pb.Actions = append(pb.Actions, a)
+	}
+	for _, p := range t.Policies {
+		switch {
+		case p.SequentialDependency != nil:
+			pb.Policies = append(pb.Policies, &toolsvcv1.Policy{Kind: &toolsvcv1.Policy_SequentialDependency{
+				SequentialDependency: &toolsvcv1.SequentialDependency{
+					Action:   p.SequentialDependency.Action,
+					Requires: p.SequentialDependency.Requires,
+				},
+			}})
+		case p.ReadBeforeWrite != nil:
+			pb.Policies = append(pb.Policies, &toolsvcv1.Policy{Kind: &toolsvcv1.Policy_ReadBeforeWrite{
+				ReadBeforeWrite: &toolsvcv1.ReadBeforeWrite{
+					ReadActions:   p.ReadBeforeWrite.ReadActions,
+					WriteActions:  p.ReadBeforeWrite.WriteActions,
+					CreateActions: p.ReadBeforeWrite.CreateActions,
+				},
+			}})
+		}
+	}
+	return pb, nil
+}
+
+func actionToProto(a *store.Action) (*toolsvcv1.Action, error) {
+	in, err := jsonToStruct(a.InputSchema)
+	if err != nil {
+		return nil, fmt.Errorf("input schema: %w", err)
+	}
+	out, err := jsonToStruct(a.OutputSchema)
+	if err != nil {
+		return nil, fmt.Errorf("output schema: %w", err)
+	}
+	pb := &toolsvcv1.Action{
+		Name:             a.Name,
+		Description:      a.Description,
+		InputSchema:      in,
+		OutputSchema:     out,
+		Risk:             riskToProto(a.Risk),
+		ResourceArgument: a.ResourceArgument,
+	}
+	for i, ex := range a.Examples {
+		input, err := jsonToStruct(ex.Input)
+		if err != nil {
+			return nil, fmt.Errorf("example %d input: %w", i, err)
+		}
+		output, err := jsonToValue(ex.Output)
+		if err != nil {
+			return nil, fmt.Errorf("example %d output: %w", i, err)
+		}
+		pb.Examples = append(pb.Examples, &toolsvcv1.ActionExample{
+			Description: ex.Description,
+			Input:       input,
+			Output:      output,
+		})
+	}
+	return pb, nil
+}

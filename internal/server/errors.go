@@ -1,0 +1,135 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/store"
+)
+
+// ErrorDomain is the google.rpc.ErrorInfo domain of every toolsvc error.
+const ErrorDomain = "toolsvc"
+
+// Reasons for errors that reach the server as bare store or context errors
+// rather than as *fault.Error (the fault package holds the rest).
+const (
+	ReasonNotFound = "NOT_FOUND"
+	ReasonConflict = "CONFLICT"
+	ReasonCanceled = "CANCELED"
+)
+
+// internalMessage is all a caller learns of an unexpected error; the error
+// itself goes to the log.
+const internalMessage = "internal error; the server log has the details"
+
+var kindCodes = map[fault.Kind]codes.Code{
+	fault.Internal:           codes.Internal,
+	fault.InvalidArgument:    codes.InvalidArgument,
+	fault.NotFound:           codes.NotFound,
+	fault.AlreadyExists:      codes.AlreadyExists,
+	fault.PermissionDenied:   codes.PermissionDenied,
+	fault.Unauthenticated:    codes.Unauthenticated,
+	fault.FailedPrecondition: codes.FailedPrecondition,
+	fault.Aborted:            codes.Aborted,
+	fault.Unavailable:        codes.Unavailable,
+	fault.ResourceExhausted:  codes.ResourceExhausted,
+	fault.DeadlineExceeded:   codes.DeadlineExceeded,
+	fault.Unimplemented:      codes.Unimplemented,
+}
+
+// ToStatus is the one translation of errors into gRPC statuses. Handlers
+// return domain errors and the interceptors pass them through here:
+//   - a *fault.Error keeps its message and gets the code of its Kind, an
+//     ErrorInfo (reason, domain "toolsvc", metadata), RetryInfo when
+//     RetryAfter is positive and BadRequest when it has field violations;
+//   - an error that already carries a status is returned as it is;
+//   - context and store sentinels get their codes (see the table in the test);
+//   - anything else becomes INTERNAL with a generic message.
+//
+// It returns nil for a nil error.
+func ToStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	return toStatus(err).Err()
+}
+
+func toStatus(err error) *status.Status {
+	if f, ok := fault.As(err); ok {
+		return faultStatus(f)
+	}
+	if st, ok := status.FromError(err); ok {
+		return st
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return detailed(codes.DeadlineExceeded, "the deadline passed before the request finished", fault.ReasonDeadlineExceeded, nil)
+	case errors.Is(err, context.Canceled):
+		return detailed(codes.Canceled, "the request was canceled", ReasonCanceled, nil)
+	case errors.Is(err, store.ErrUnavailable):
+		return detailed(codes.Unavailable, "the store is unavailable; retry later", fault.ReasonStoreUnavailable, nil)
+	case errors.Is(err, store.ErrNotFound):
+		return detailed(codes.NotFound, "not found", ReasonNotFound, nil)
+	case errors.Is(err, store.ErrConflict):
+		return detailed(codes.Aborted, "the record changed concurrently or is not in the required state; read it again and retry", ReasonConflict, nil)
+	case errors.Is(err, store.ErrInvalid):
+		return detailed(codes.InvalidArgument, err.Error(), fault.ReasonInvalidRequest, nil)
+	}
+	return detailed(codes.Internal, internalMessage, fault.ReasonInternal, nil)
+}
+
+func faultStatus(f *fault.Error) *status.Status {
+	code, ok := kindCodes[f.Kind]
+	if !ok {
+		code = codes.Internal
+	}
+	var extra []protoadapt.MessageV1
+	if f.RetryAfter > 0 {
+		extra = append(extra, &errdetails.RetryInfo{RetryDelay: durationpb.New(f.RetryAfter)})
+	}
+	if len(f.Violations) > 0 {
+		br := &errdetails.BadRequest{}
+		for _, v := range f.Violations {
+			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{
+				Field:       v.Field,
+				Description: v.Description,
+			})
+		}
+		extra = append(extra, br)
+	}
+	reason := f.Reason
+	if reason == "" {
+		reason = fault.ReasonInternal
+	}
+	msg := f.Message
+	if msg == "" {
+		msg = code.String()
+	}
+	return detailed(code, msg, reason, f.Metadata, extra...)
+}
+
+// detailed builds a status with an ErrorInfo and the extra details.
+func detailed(code codes.Code, msg, reason string, md map[string]string, extra ...protoadapt.MessageV1) *status.Status {
+	info := &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}
+	if len(md) > 0 {
+		info.Metadata = make(map[string]string, len(md))
+		for k, v := range md {
+			info.Metadata[k] = v
+		}
+	}
+	st := status.New(code, msg)
+	withDetails, err := st.WithDetails(append([]protoadapt.MessageV1{info}, extra...)...)
+	if err != nil {
+		// Details only fail to marshal on a programming error; the code and
+		// message still reach the caller.
+		return st
+	}
+	return withDetails
+}

@@ -1,0 +1,201 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/toolsvc/toolsvc/internal/auth"
+	"github.com/toolsvc/toolsvc/internal/fault"
+)
+
+// The interceptors run in this order (outermost first):
+//
+//  1. recovery: a panic anywhere below becomes INTERNAL and is logged with its
+//     stack; the server lives on;
+//  2. logging: one structured line per call, after translating the handler's
+//     error with ToStatus (so the log has the real error and the caller only
+//     the status);
+//  3. principal: establishes the caller (auth.Authenticator) and checks its
+//     roles against methodRoles; health and reflection skip it.
+
+// callInfo collects what inner interceptors learn about a call for the
+// logging interceptor, which runs outside them.
+type callInfo struct {
+	mu        sync.Mutex
+	principal string
+}
+
+func (c *callInfo) setPrincipal(id string) {
+	c.mu.Lock()
+	c.principal = id
+	c.mu.Unlock()
+}
+
+func (c *callInfo) getPrincipal() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.principal
+}
+
+type callInfoKey struct{}
+
+func withCallInfo(ctx context.Context) (context.Context, *callInfo) {
+	ci := &callInfo{}
+	return context.WithValue(ctx, callInfoKey{}, ci), ci
+}
+
+func callInfoFrom(ctx context.Context) *callInfo {
+	ci, _ := ctx.Value(callInfoKey{}).(*callInfo)
+	return ci
+}
+
+// recovered is what a caller sees of a panic.
+func recovered(log *slog.Logger, method string, p any) error {
+	log.Error("panic in handler", "method", method, "panic", p, "stack", string(debug.Stack()))
+	return detailed(codes.Internal, internalMessage, fault.ReasonInternal, nil).Err()
+}
+
+func recoveryUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				resp, err = nil, recovered(log, info.FullMethod, p)
+			}
+		}()
+		return handler(ctx, req)
+	}
+}
+
+func recoveryStream(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = recovered(log, info.FullMethod, p)
+			}
+		}()
+		return handler(srv, ss)
+	}
+}
+
+// logCall writes the line for one finished call and returns the error the
+// caller sees.
+func logCall(ctx context.Context, log *slog.Logger, method string, ci *callInfo, start time.Time, err error) error {
+	var st *status.Status
+	if err != nil {
+		st = toStatus(err)
+	} else {
+		st = status.New(codes.OK, "")
+	}
+	level := slog.LevelInfo
+	switch st.Code() {
+	case codes.Internal, codes.Unknown, codes.DataLoss:
+		level = slog.LevelError
+	}
+	if publicMethod(method) && st.Code() == codes.OK {
+		// Probes poll these; keep them out of the normal log.
+		level = slog.LevelDebug
+	}
+	if !log.Enabled(ctx, level) {
+		return st.Err()
+	}
+	attrs := []slog.Attr{
+		slog.String("method", method),
+		slog.String("code", st.Code().String()),
+		slog.Duration("duration", time.Since(start)),
+	}
+	if p := ci.getPrincipal(); p != "" {
+		attrs = append(attrs, slog.String("principal", p))
+	}
+	if err != nil {
+		if f, ok := fault.As(err); ok {
+			attrs = append(attrs, slog.String("reason", f.Reason))
+		}
+		// The real error, which for INTERNAL the caller never sees.
+		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	log.LogAttrs(ctx, level, "rpc", attrs...)
+	return st.Err()
+}
+
+func loggingUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		ctx, ci := withCallInfo(ctx)
+		resp, err := handler(ctx, req)
+		if err := logCall(ctx, log, info.FullMethod, ci, start, err); err != nil {
+			return nil, err
+		}
+		return resp, nil
+	}
+}
+
+func loggingStream(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		start := time.Now()
+		ctx, ci := withCallInfo(ss.Context())
+		err := handler(srv, &contextStream{ServerStream: ss, ctx: ctx})
+		return logCall(ctx, log, info.FullMethod, ci, start, err)
+	}
+}
+
+// authorizer establishes a call's principal and checks its roles.
+type authorizer struct {
+	authn auth.Authenticator
+	roles map[string][]auth.Role
+}
+
+func (a *authorizer) authorize(ctx context.Context, method string) (context.Context, error) {
+	if publicMethod(method) {
+		return ctx, nil
+	}
+	p, err := a.authn.Authenticate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if p == nil {
+		return nil, fault.New(fault.Unauthenticated, fault.ReasonUnauthenticated, "no principal")
+	}
+	if ci := callInfoFrom(ctx); ci != nil {
+		ci.setPrincipal(p.ID)
+	}
+	if err := auth.RequireAnyRole(p, strings.TrimPrefix(method, "/"), a.roles[method]...); err != nil {
+		return nil, err
+	}
+	return auth.NewContext(ctx, p), nil
+}
+
+func (a *authorizer) unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, err := a.authorize(ctx, info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+func (a *authorizer) stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, err := a.authorize(ss.Context(), info.FullMethod)
+		if err != nil {
+			return err
+		}
+		return handler(srv, &contextStream{ServerStream: ss, ctx: ctx})
+	}
+}
+
+// contextStream is a ServerStream with a derived context.
+type contextStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *contextStream) Context() context.Context { return s.ctx }
