@@ -150,15 +150,16 @@ func parseFile(path string, data []byte) ([]*store.Tool, error) {
 	}
 	items := toolNodes(&root)
 	fe := &FileError{Path: path}
-	where := func(i int) string {
+	// where names the place of a problem: file:line, tool index and name.
+	// line 0 means the line of the tool itself.
+	where := func(i, line int) string {
 		if i < 0 || i >= len(items) {
-			return path
+			return fmt.Sprintf("%s:%d", path, line)
 		}
-		name := ""
-		if items[i] != nil {
-			name = mapValue(items[i], "name")
+		if line == 0 {
+			line = items[i].Line
 		}
-		return fmt.Sprintf("%s:%d: tools[%d] (name %q)", path, items[i].Line, i, name)
+		return fmt.Sprintf("%s:%d: tools[%d] (name %q)", path, line, i, mapValue(items[i], "name"))
 	}
 
 	var doc fileDoc
@@ -178,12 +179,7 @@ func parseFile(path string, data []byte) ([]*store.Tool, error) {
 			if m := unknownField.FindStringSubmatch(msg); m != nil {
 				msg = fmt.Sprintf("unknown field %q", m[1])
 			}
-			i := toolAt(items, line)
-			if i < 0 {
-				fe.Problems = append(fe.Problems, fmt.Sprintf("%s:%d: %s", path, line, msg))
-				continue
-			}
-			fe.Problems = append(fe.Problems, fmt.Sprintf("%s: line %d: %s", where(i), line, msg))
+			fe.Problems = append(fe.Problems, fmt.Sprintf("%s: %s", where(toolAt(items, line), line), msg))
 		}
 	}
 
@@ -192,17 +188,21 @@ func parseFile(path string, data []byte) ([]*store.Tool, error) {
 	out := make([]*store.Tool, 0, len(doc.Tools))
 	for i := range doc.Tools {
 		t, probs := convertTool(&doc.Tools[i])
+		unreadable := map[string]bool{}
 		for _, p := range probs {
-			fe.Problems = append(fe.Problems, fmt.Sprintf("%s: %s", where(i), p))
+			unreadable[p.Field] = true
+			fe.Problems = append(fe.Problems, fmt.Sprintf("%s: %s: %s", where(i, p.line), p.Field, p.Description))
 		}
-		if len(probs) == 0 {
-			_, vs := chk.prepare(t)
-			for _, v := range vs {
-				fe.Problems = append(fe.Problems, fmt.Sprintf("%s: %s: %s", where(i), v.Field, v.Description))
+		// Fields that could not be read are zero: their violations would
+		// only repeat the problem.
+		_, vs := chk.prepare(t)
+		for _, v := range vs {
+			if !unreadable[v.Field] {
+				fe.Problems = append(fe.Problems, fmt.Sprintf("%s: %s: %s", where(i, 0), v.Field, v.Description))
 			}
 		}
 		if j, dup := seen[t.Name]; dup && t.Name != "" {
-			fe.Problems = append(fe.Problems, fmt.Sprintf("%s: tool.name: %q is also defined by tools[%d]", where(i), t.Name, j))
+			fe.Problems = append(fe.Problems, fmt.Sprintf("%s: tool.name: %q is also defined by tools[%d]", where(i, 0), t.Name, j))
 		}
 		seen[t.Name] = i
 		out = append(out, t)
@@ -254,11 +254,20 @@ func mapValue(n *yaml.Node, key string) string {
 	return ""
 }
 
+// fileProblem is a field of a file tool that could not be read.
+type fileProblem struct {
+	Field       string
+	Description string
+	line        int // 0: unknown
+}
+
 // convertTool turns a file tool into a definition; problems are those of
 // the file's syntax (durations, levels, YAML that is not JSON).
-func convertTool(ft *fileTool) (*store.Tool, []string) {
-	var probs []string
-	bad := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
+func convertTool(ft *fileTool) (*store.Tool, []fileProblem) {
+	var probs []fileProblem
+	bad := func(field string, line int, format string, args ...any) {
+		probs = append(probs, fileProblem{field, fmt.Sprintf(format, args...), line})
+	}
 	t := &store.Tool{
 		Name:            ft.Name,
 		Description:     ft.Description,
@@ -274,7 +283,7 @@ func convertTool(ft *fileTool) (*store.Tool, []string) {
 	if ft.DefaultRisk != "" {
 		r, err := toolkit.ParseRiskLevel(ft.DefaultRisk)
 		if err != nil {
-			bad("tool.default_risk: %v", err)
+			bad("tool.default_risk", 0, "%v", err)
 		}
 		t.DefaultRisk = r
 	}
@@ -300,7 +309,7 @@ func convertTool(ft *fileTool) (*store.Tool, []string) {
 		if fa.Risk != "" {
 			r, err := toolkit.ParseRiskLevel(fa.Risk)
 			if err != nil {
-				bad("%s.risk: %v", path, err)
+				bad(path+".risk", 0, "%v", err)
 			}
 			a.Risk = r
 		}
@@ -319,31 +328,31 @@ func convertTool(ft *fileTool) (*store.Tool, []string) {
 	return t, probs
 }
 
-func parseDuration(s, field string, bad func(string, ...any)) time.Duration {
+func parseDuration(s, field string, bad func(string, int, string, ...any)) time.Duration {
 	if s == "" {
 		return 0
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		bad("%s: %q is not a duration like 30s or 2h", field, s)
+		bad(field, 0, "%q is not a duration like 30s or 2h", s)
 		return 0
 	}
 	return d
 }
 
 // nodeJSON converts a YAML value to JSON; nil if absent.
-func nodeJSON(n *yaml.Node, field string, bad func(string, ...any)) json.RawMessage {
+func nodeJSON(n *yaml.Node, field string, bad func(string, int, string, ...any)) json.RawMessage {
 	if n.Kind == 0 {
 		return nil
 	}
 	v, err := nodeValue(n, 0)
 	if err != nil {
-		bad("%s: line %d: %v", field, n.Line, err)
+		bad(field, n.Line, "%v", err)
 		return nil
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		bad("%s: line %d: %v", field, n.Line, err)
+		bad(field, n.Line, "%v", err)
 		return nil
 	}
 	return b
@@ -371,7 +380,7 @@ func nodeValue(n *yaml.Node, depth int) (any, error) {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i]
 			if k.Kind != yaml.ScalarNode || k.ShortTag() == "!!merge" {
-				return nil, fmt.Errorf("line %d: keys must be plain strings", k.Line)
+				return nil, fmt.Errorf("keys must be plain strings (line %d)", k.Line)
 			}
 			v, err := nodeValue(n.Content[i+1], depth+1)
 			if err != nil {

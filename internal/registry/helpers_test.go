@@ -2,8 +2,8 @@ package registry
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,7 +39,9 @@ func (t *previewTool) Preview(context.Context, *toolkit.Call) (*toolkit.PreviewR
 // checkingTool can tell whether a resource exists.
 type checkingTool struct{ fakeTool }
 
-func (t *checkingTool) ResourceExists(context.Context, *toolkit.Call) (bool, error) { return false, nil }
+func (t *checkingTool) ResourceExists(context.Context, *toolkit.Call) (bool, error) {
+	return false, nil
+}
 
 // fakeProvider serves the tools it knows by name; binding an unknown one
 // fails, as a real native provider's does.
@@ -125,10 +127,14 @@ func goodTool() *store.Tool {
 	}
 }
 
-// fixedClock returns a clock that advances one second per call.
+// fixedClock returns a clock that advances one second per call, safe for
+// concurrent use.
 func fixedClock() func() time.Time {
+	var mu sync.Mutex
 	t := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
 		t = t.Add(time.Second)
 		return t
 	}
@@ -146,5 +152,3 @@ func (downStore) ListTools(context.Context, store.ListToolsParams) ([]*store.Too
 func (downStore) CreateTool(context.Context, store.CreateToolParams) (*store.Tool, error) {
 	return nil, errDown
 }
-
-var _ = errors.Is

@@ -251,13 +251,16 @@ func (r *Registry) reloadAll(ctx context.Context) error {
 
 // apply installs changes (nil removes a tool) in a new snapshot.
 //
-// Every change carries a ticket taken before the store was read or written,
-// and a change is applied only if no change with a later ticket was applied
-// to that tool already. A read that started later sees at least every
-// commit that finished before it started, so an older read that finishes last
-// can never overwrite newer data; and every commit is followed by a
-// notification whose reload takes a ticket after the commit, so the cache
-// converges on what the store holds.
+// Every change carries a ticket taken before the store was read or written.
+// A read that started later sees at least every commit that finished before
+// it started, so a change is applied only if no change with a later ticket
+// was applied to that tool already: an older read that finishes last never
+// overwrites newer data. Within one incarnation of a tool (same CreatedAt)
+// versions only grow, so there the version decides instead, which keeps
+// concurrent writers on this replica from installing each other's older
+// versions. Either way, every commit is followed by a notification whose
+// reload takes a ticket after the commit, so the cache converges on what the
+// store holds.
 func (r *Registry) apply(ticket uint64, changes map[string]*Entry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -266,18 +269,30 @@ func (r *Registry) apply(ticket uint64, changes map[string]*Entry) {
 	for k, v := range cur {
 		next[k] = v
 	}
+	changed := false
 	for name, e := range changes {
-		if r.applied[name] > ticket {
-			continue
+		old, cached := cur[name]
+		if cached && e != nil && old.Tool.CreatedAt.Equal(e.Tool.CreatedAt) {
+			r.applied[name] = max(r.applied[name], ticket)
+			if e.Tool.Version <= old.Tool.Version {
+				continue
+			}
+		} else {
+			if r.applied[name] > ticket {
+				continue
+			}
+			r.applied[name] = ticket
 		}
-		r.applied[name] = ticket
+		changed = true
 		if e == nil {
 			delete(next, name)
 		} else {
 			next[name] = e
 		}
 	}
-	r.cache.Store(&next)
+	if changed {
+		r.cache.Store(&next)
+	}
 }
 
 // entryFor builds the cache entry of a stored tool: its schemas compiled and
