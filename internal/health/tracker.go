@@ -307,8 +307,14 @@ func (t *Tracker) List(p store.ListToolHealthParams) []store.ToolHealth {
 // Admission says how a call may reach its tool.
 type Admission struct {
 	// Probe: the call is the one half-open probe. The executor reports its
-	// outcome with Observation.Probe set.
+	// outcome with Observation.Probe set, or calls ReleaseProbe if the call
+	// never reaches the tool.
 	Probe bool
+	// probeUntil identifies the claim, so that ReleaseProbe releases this
+	// claim and never a later one. Two claims of one tool share it only if
+	// made in the same microsecond, which a claim, a release and a new
+	// claim — three store round trips — cannot be.
+	probeUntil time.Time
 }
 
 // Admit decides from the cache whether a call may reach tool now. Refusals
@@ -347,7 +353,7 @@ func (t *Tracker) Admit(ctx context.Context, tool string) (Admission, error) {
 	t.setLocal(*fresh)
 	if written {
 		t.log.Debug("health: probe claimed", "tool", tool, "probe_until", fresh.ProbeUntil)
-		return Admission{Probe: true}, nil
+		return Admission{Probe: true, probeUntil: fresh.ProbeUntil}, nil
 	}
 	// Someone else holds the probe, or the tool changed meanwhile: judge
 	// the record the store had.
@@ -402,6 +408,34 @@ func (t *Tracker) claimFunc(now time.Time) store.HealthFunc {
 		cur.ProbeUntil = normTime(now.Add(t.cfg.ProbeTimeout))
 		return &store.HealthUpdate{Health: cur}
 	}
+}
+
+// ReleaseProbe gives up the probe a admitted when the call will not reach
+// the tool after all (refused later in the pipeline: a policy, the gate, a
+// deadline), so that the next caller probes at once instead of waiting out
+// ProbeTimeout. It is a no-op when a is not a probe or its claim has already
+// ended (the probe reported, expired, or another caller holds a newer one).
+func (t *Tracker) ReleaseProbe(ctx context.Context, tool string, a Admission) error {
+	if !a.Probe || a.probeUntil.IsZero() {
+		return nil
+	}
+	h, written, err := t.st.UpdateToolHealth(ctx, tool, func(cur store.ToolHealth) *store.HealthUpdate {
+		if !cur.ProbeUntil.Equal(a.probeUntil) {
+			return nil
+		}
+		cur.ProbeUntil = time.Time{}
+		return &store.HealthUpdate{Health: cur}
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("health: release probe of tool %q: %w", tool, err)
+	}
+	if written {
+		t.setLocal(*h)
+	}
+	return nil
 }
 
 // Change returns the health change to apply inside the call's FinishCall

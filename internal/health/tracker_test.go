@@ -665,3 +665,42 @@ func TestStaleRefreshDoesNotOverwriteLocalWrite(t *testing.T) {
 	held.armed.Store(false)
 	held.release <- struct{}{}
 }
+
+func TestReleaseProbe(t *testing.T) {
+	e := newEnv(t, "flaky")
+	tr := e.tracker()
+	e.trip(tr, "flaky")
+	e.clock.Advance(30 * time.Second)
+	first, err := tr.Admit(e.ctx, "flaky")
+	if err != nil || !first.Probe {
+		t.Fatalf("probe = %+v, %v", first, err)
+	}
+	if _, err := tr.Admit(e.ctx, "flaky"); err == nil {
+		t.Fatal("second caller admitted while the probe is held")
+	}
+	writes, events := e.st.Writes(), len(e.events("flaky"))
+	if err := tr.ReleaseProbe(e.ctx, "flaky", first); err != nil {
+		t.Fatal(err)
+	}
+	if h := e.stored("flaky"); !h.ProbeUntil.IsZero() || h.Status != store.HealthUnavailable || h.Trips != 1 {
+		t.Fatalf("after release %+v", h)
+	}
+	if e.st.Writes() != writes+1 || len(e.events("flaky")) != events {
+		t.Errorf("release: %d writes %d events, want one silent write", e.st.Writes()-writes, len(e.events("flaky"))-events)
+	}
+	e.clock.Advance(time.Millisecond) // claims are told apart by their time
+	second, err := tr.Admit(e.ctx, "flaky")
+	if err != nil || !second.Probe {
+		t.Fatalf("after release = %+v, %v; want a new probe at once", second, err)
+	}
+	// A stale release (the first claim again) must not free the second.
+	if err := tr.ReleaseProbe(e.ctx, "flaky", first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Admit(e.ctx, "flaky"); err == nil {
+		t.Fatal("a stale release freed the current probe")
+	}
+	if err := tr.ReleaseProbe(e.ctx, "flaky", Admission{}); err != nil {
+		t.Fatal(err)
+	}
+}
