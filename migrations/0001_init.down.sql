@@ -1,0 +1,7 @@
+DROP TABLE IF EXISTS task_history;
+DROP TABLE IF EXISTS audit_events;
+DROP TABLE IF EXISTS previews;
+DROP TABLE IF EXISTS approvals;
+DROP TABLE IF EXISTS calls;
+DROP TABLE IF EXISTS tool_health;
+DROP TABLE IF EXISTS tools;
