@@ -1,0 +1,548 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/toolsvc/toolsvc/internal/store"
+)
+
+// notRunningOrParked selects calls retention may delete; it is the predicate
+// of calls_retention_idx, spelled the same so that the planner uses it.
+const notRunningOrParked = `state NOT IN ('IN_PROGRESS', 'AWAITING_APPROVAL', 'AWAITING_PREVIEW')`
+
+// GetCall implements store.CallStore.
+func (s *Store) GetCall(ctx context.Context, id string) (*store.Call, error) {
+	c, err := scanCall(s.pool.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE id = $1`, id))
+	if err != nil {
+		return nil, fmt.Errorf("get call %q: %w", id, err)
+	}
+	return c, nil
+}
+
+// GetCallByKey implements store.CallStore.
+func (s *Store) GetCallByKey(ctx context.Context, principalID, key string) (*store.Call, error) {
+	c, err := scanCall(s.pool.QueryRow(ctx, `SELECT `+callColumns+` FROM calls
+		WHERE principal_id = $1 AND idempotency_key = $2`, principalID, key))
+	if err != nil {
+		return nil, fmt.Errorf("get call of principal %q by key %q: %w", principalID, key, err)
+	}
+	return c, nil
+}
+
+// claimCallSQL claims a key in one statement: it inserts the call, or, if a
+// RELEASED record with the same fingerprint holds the key, takes that record
+// over (keeping its id and created_at). Any other holder makes the DO UPDATE's
+// WHERE false, so no row comes back and nothing is written; Postgres still
+// locks the holder's row, so reading it next in the same transaction sees the
+// record that won.
+var claimCallSQL = `INSERT INTO calls (` + callColumns + `)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)
+	ON CONFLICT ON CONSTRAINT calls_principal_key_uniq DO UPDATE SET
+		fingerprint = EXCLUDED.fingerprint, tool = EXCLUDED.tool, action = EXCLUDED.action,
+		tool_version = EXCLUDED.tool_version, state = EXCLUDED.state, trace_id = EXCLUDED.trace_id,
+		task_id = EXCLUDED.task_id, step_id = EXCLUDED.step_id, risk = EXCLUDED.risk,
+		decision = EXCLUDED.decision, approval_id = EXCLUDED.approval_id,
+		preview_token = EXCLUDED.preview_token, result = EXCLUDED.result,
+		lease_expires_at = EXCLUDED.lease_expires_at,
+		attempt_count = calls.attempt_count + CASE WHEN EXCLUDED.state = 'IN_PROGRESS' THEN 1 ELSE 0 END,
+		resolved_by = EXCLUDED.resolved_by, resolution_comment = EXCLUDED.resolution_comment,
+		updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at
+	WHERE calls.state = 'RELEASED' AND calls.fingerprint = EXCLUDED.fingerprint
+	RETURNING ` + callColumns
+
+const insertApprovalSQL = `INSERT INTO approvals (` + approvalColumns + `)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`
+
+const insertPreviewSQL = `INSERT INTO previews (` + previewColumns + `)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
+
+// ClaimCall implements store.CallStore.
+func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.Call, bool, error) {
+	if p.Call == nil {
+		return nil, false, fmt.Errorf("%w: claim call: no call", store.ErrInvalid)
+	}
+	c := *p.Call
+	if c.ID == "" || c.PrincipalID == "" || c.IdempotencyKey == "" {
+		return nil, false, fmt.Errorf("%w: claim call: id, principal and idempotency key are required", store.ErrInvalid)
+	}
+	// A parked claim brings exactly what it is parked behind.
+	var shapeOK bool
+	switch c.State {
+	case store.CallInProgress:
+		shapeOK = p.Approval == nil && p.Preview == nil
+	case store.CallAwaitingApproval:
+		shapeOK = p.Approval != nil && p.Approval.ID != "" && p.Preview == nil
+	case store.CallAwaitingPreview:
+		shapeOK = p.Preview != nil && p.Preview.Token != "" && p.Approval == nil
+	default:
+		return nil, false, fmt.Errorf("%w: claim call %q in state %q", store.ErrInvalid, c.ID, c.State)
+	}
+	if !shapeOK {
+		return nil, false, fmt.Errorf("%w: claim call %q: state %s takes an approval (with an id) only if AWAITING_APPROVAL and a preview (with a token) only if AWAITING_PREVIEW",
+			store.ErrInvalid, c.ID, c.State)
+	}
+	args, err := callArgs(&c)
+	if err != nil {
+		return nil, false, err
+	}
+
+	var (
+		out     *store.Call
+		claimed bool
+		events  []store.AuditEvent
+	)
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, err = scanCall(tx.QueryRow(ctx, claimCallSQL, args...))
+		if isNotFound(err) {
+			claimed = false
+			out, err = scanCall(tx.QueryRow(ctx, `SELECT `+callColumns+` FROM calls
+				WHERE principal_id = $1 AND idempotency_key = $2`, c.PrincipalID, c.IdempotencyKey))
+			if err != nil {
+				return fmt.Errorf("claim call: read the holder of key %q: %w", c.IdempotencyKey, err)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("claim call %q: %w", c.ID, err)
+		}
+		claimed = true
+		// Work on copies: the caller's values change only once the claim
+		// has committed (the transaction may be run again).
+		events = append([]store.AuditEvent(nil), p.Events...)
+		if out.ID != c.ID {
+			for i := range events {
+				events[i].CallID = out.ID
+			}
+		}
+		var tl tail
+		if p.Approval != nil {
+			a := *p.Approval
+			a.CallID = out.ID
+			tl.batch.Queue(insertApprovalSQL, approvalArgs(&a)...)
+			tl.notify(store.TopicApprovals, a.ID)
+		}
+		if p.Preview != nil {
+			pv := *p.Preview
+			pv.CallID = out.ID
+			tl.batch.Queue(insertPreviewSQL, previewArgs(&pv)...)
+		}
+		tl.events(events)
+		if err := tl.send(ctx, tx); err != nil {
+			return fmt.Errorf("claim call %q: %w", c.ID, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if claimed {
+		keptID := out.ID
+		if p.Call.ID != keptID {
+			p.Call.ID = keptID
+			if p.Approval != nil {
+				p.Approval.CallID = keptID
+			}
+			if p.Preview != nil {
+				p.Preview.CallID = keptID
+			}
+			for i := range p.Events {
+				p.Events[i].CallID = keptID
+			}
+		}
+		for i := range p.Events {
+			p.Events[i].Seq = events[i].Seq
+		}
+	}
+	return out, claimed, nil
+}
+
+// startParkedCallSQL starts a parked call in one statement. The two CTEs
+// consume the approval or the preview the call is parked behind (only the one
+// matching the call's state, and only if it is usable at $4); the UPDATE then
+// moves the call only if the matching CTE consumed something. Of concurrent
+// callers, the first to lock the approval (or preview) row consumes it; the
+// others wait on that lock, find it CONSUMED and match nothing. If the call
+// itself changed under the statement (released, say) after the approval was
+// consumed, no call row comes back and the caller rolls the transaction back,
+// which undoes the consumption.
+var startParkedCallSQL = `WITH consumed_approval AS (
+		UPDATE approvals SET state = 'CONSUMED'
+		WHERE $2 <> '' AND id = $2 AND call_id = $1 AND state = 'APPROVED' AND expires_at > $4
+			AND EXISTS (SELECT 1 FROM calls WHERE id = $1 AND state = 'AWAITING_APPROVAL' AND approval_id = $2)
+		RETURNING id
+	), consumed_preview AS (
+		UPDATE previews SET state = 'CONSUMED'
+		WHERE $3 <> '' AND token = $3 AND call_id = $1 AND state = 'PENDING' AND expires_at > $4
+			AND EXISTS (SELECT 1 FROM calls WHERE id = $1 AND state = 'AWAITING_PREVIEW' AND preview_token = $3)
+		RETURNING token
+	)
+	UPDATE calls SET state = 'IN_PROGRESS', lease_expires_at = $5, risk = $6, decision = $7, updated_at = $4,
+		attempt_count = attempt_count + 1
+	WHERE id = $1 AND (
+		(state = 'AWAITING_APPROVAL' AND approval_id = $2 AND EXISTS (SELECT 1 FROM consumed_approval)) OR
+		(state = 'AWAITING_PREVIEW' AND preview_token = $3 AND EXISTS (SELECT 1 FROM consumed_preview)))
+	RETURNING ` + callColumns + `, EXISTS (SELECT 1 FROM consumed_approval)`
+
+// StartParkedCall implements store.CallStore.
+func (s *Store) StartParkedCall(ctx context.Context, p store.StartParkedCallParams) (*store.Call, error) {
+	var out *store.Call
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var approvalConsumed bool
+		var err error
+		out, err = scanCall(tx.QueryRow(ctx, startParkedCallSQL, p.CallID, p.ApprovalID, p.PreviewToken,
+			p.Now, tsArg(p.LeaseExpiresAt), riskText(p.Risk), string(p.Decision)), &approvalConsumed)
+		if isNotFound(err) {
+			return notFoundOrConflict(ctx, tx, "start parked call", p.CallID, `SELECT 1 FROM calls WHERE id = $1`)
+		}
+		if err != nil {
+			return fmt.Errorf("start parked call %q: %w", p.CallID, err)
+		}
+		var tl tail
+		if approvalConsumed {
+			tl.notify(store.TopicApprovals, p.ApprovalID)
+		}
+		tl.events(p.Events)
+		return tl.send(ctx, tx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RenewCallLease implements store.CallStore.
+func (s *Store) RenewCallLease(ctx context.Context, callID string, attempt int, until time.Time) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE calls SET lease_expires_at = $3
+		WHERE id = $1 AND state = 'IN_PROGRESS' AND attempt_count = $2`, callID, attempt, until)
+	if err != nil {
+		return fmt.Errorf("renew lease of call %q: %w", callID, interpretError(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return notFoundOrConflict(ctx, s.pool, "renew lease of call", callID, `SELECT 1 FROM calls WHERE id = $1`)
+	}
+	return nil
+}
+
+// FinishCall implements store.CallStore. If the call's tool has been deleted
+// meanwhile, the health change is skipped: the outcome matters more than the
+// health of a tool that no longer exists.
+func (s *Store) FinishCall(ctx context.Context, p store.FinishCallParams) (*store.Call, error) {
+	switch p.State {
+	case store.CallSucceeded, store.CallFailed, store.CallUnknown, store.CallReleased:
+	default:
+		return nil, fmt.Errorf("%w: finish call %q in state %q", store.ErrInvalid, p.CallID, p.State)
+	}
+	if p.Health != nil && p.Health.Fn == nil {
+		return nil, fmt.Errorf("%w: finish call %q: a health change without a function", store.ErrInvalid, p.CallID)
+	}
+	result, err := resultArg(p.Result)
+	if err != nil {
+		return nil, err
+	}
+	var out *store.Call
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, err = scanCall(tx.QueryRow(ctx, `UPDATE calls SET state = $3, result = $4, updated_at = $5,
+				expires_at = $6, lease_expires_at = NULL
+			WHERE id = $1 AND attempt_count = $2
+				AND (state = 'IN_PROGRESS' OR (state = 'UNKNOWN' AND resolved_by = ''))
+			RETURNING `+callColumns,
+			p.CallID, p.Attempt, string(p.State), result, p.Now, tsArg(p.ExpiresAt)))
+		if isNotFound(err) {
+			return notFoundOrConflict(ctx, tx, "finish call", p.CallID, `SELECT 1 FROM calls WHERE id = $1`)
+		}
+		if err != nil {
+			return fmt.Errorf("finish call %q: %w", p.CallID, err)
+		}
+		var tl tail
+		if p.Health != nil {
+			if _, _, err := applyHealth(ctx, tx, p.Health.Tool, p.Health.Fn, &tl); err != nil && !isNotFound(err) {
+				return fmt.Errorf("finish call %q: %w", p.CallID, err)
+			}
+		}
+		tl.events(p.Events)
+		tl.history(p.History)
+		return tl.send(ctx, tx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReleaseParkedCall implements store.CallStore. Locks are taken approval (or
+// preview) first, then call, the same order as StartParkedCall,
+// ResolveApproval and ExpireApprovals, so that these never deadlock.
+func (s *Store) ReleaseParkedCall(ctx context.Context, p store.ReleaseParkedCallParams) (*store.Call, error) {
+	if !p.From.Parked() {
+		return nil, fmt.Errorf("%w: release call %q from non-parked state %q", store.ErrInvalid, p.CallID, p.From)
+	}
+	switch p.ApprovalState {
+	case "", store.ApprovalExpired, store.ApprovalInvalidated:
+	default:
+		return nil, fmt.Errorf("%w: release call %q: approval state %q", store.ErrInvalid, p.CallID, p.ApprovalState)
+	}
+	switch p.PreviewState {
+	case "", store.PreviewExpired:
+	default:
+		return nil, fmt.Errorf("%w: release call %q: preview state %q", store.ErrInvalid, p.CallID, p.PreviewState)
+	}
+	var out *store.Call
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var approvalID, token string
+		err := tx.QueryRow(ctx, `SELECT approval_id, preview_token FROM calls WHERE id = $1`, p.CallID).Scan(&approvalID, &token)
+		if err != nil {
+			return fmt.Errorf("release call %q: %w", p.CallID, interpretError(err))
+		}
+		if p.ApprovalState != "" && approvalID != "" {
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM approvals WHERE id = $1 FOR UPDATE`, approvalID); err != nil {
+				return fmt.Errorf("release call %q: %w", p.CallID, interpretError(err))
+			}
+		}
+		if p.PreviewState != "" && token != "" {
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM previews WHERE token = $1 FOR UPDATE`, token); err != nil {
+				return fmt.Errorf("release call %q: %w", p.CallID, interpretError(err))
+			}
+		}
+		out, err = scanCall(tx.QueryRow(ctx, `UPDATE calls SET state = 'RELEASED', updated_at = $3, expires_at = $4
+			WHERE id = $1 AND state = $2 RETURNING `+callColumns,
+			p.CallID, string(p.From), p.Now, tsArg(p.ExpiresAt)))
+		if isNotFound(err) {
+			return notFoundOrConflict(ctx, tx, "release call", p.CallID, `SELECT 1 FROM calls WHERE id = $1`)
+		}
+		if err != nil {
+			return fmt.Errorf("release call %q: %w", p.CallID, err)
+		}
+		var tl tail
+		if p.ApprovalState != "" && out.ApprovalID != "" {
+			tl.batch.Queue(`UPDATE approvals SET state = $2 WHERE id = $1`, out.ApprovalID, string(p.ApprovalState))
+			tl.notify(store.TopicApprovals, out.ApprovalID)
+		}
+		if p.PreviewState != "" && out.PreviewToken != "" {
+			tl.batch.Queue(`UPDATE previews SET state = $2 WHERE token = $1`, out.PreviewToken, string(p.PreviewState))
+		}
+		tl.events(p.Events)
+		return tl.send(ctx, tx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ResolveCall implements store.CallStore.
+func (s *Store) ResolveCall(ctx context.Context, p store.ResolveCallParams) (*store.Call, error) {
+	if p.State != store.CallSucceeded && p.State != store.CallFailed {
+		return nil, fmt.Errorf("%w: resolve call %q to state %q", store.ErrInvalid, p.CallID, p.State)
+	}
+	result, err := resultArg(p.Result)
+	if err != nil {
+		return nil, err
+	}
+	var out *store.Call
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, err = scanCall(tx.QueryRow(ctx, `UPDATE calls SET state = $2, result = $3, resolved_by = $4,
+				resolution_comment = $5, updated_at = $6, expires_at = $7
+			WHERE id = $1 AND state = 'UNKNOWN' RETURNING `+callColumns,
+			p.CallID, string(p.State), result, p.ResolvedBy, p.Comment, p.Now, tsArg(p.ExpiresAt)))
+		if isNotFound(err) {
+			return notFoundOrConflict(ctx, tx, "resolve call", p.CallID, `SELECT 1 FROM calls WHERE id = $1`)
+		}
+		if err != nil {
+			return fmt.Errorf("resolve call %q: %w", p.CallID, err)
+		}
+		var tl tail
+		tl.events(p.Events)
+		return tl.send(ctx, tx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReapExpiredLeases implements store.CallStore. SKIP LOCKED lets reapers on
+// several replicas run at once: each takes calls the others have not locked,
+// so every call is reaped once.
+func (s *Store) ReapExpiredLeases(ctx context.Context, p store.ReapParams) ([]*store.Call, error) {
+	if p.Limit < 0 {
+		return nil, fmt.Errorf("%w: reap expired leases: negative limit", store.ErrInvalid)
+	}
+	result, err := resultArg(p.Result)
+	if err != nil {
+		return nil, err
+	}
+	var out []*store.Call
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		// Lease order is decided on the due rows; the lease itself is
+		// cleared (the attempt no longer holds one).
+		rows, err := tx.Query(ctx, `WITH due AS (
+				SELECT id, lease_expires_at FROM calls WHERE state = 'IN_PROGRESS' AND lease_expires_at < $1
+				ORDER BY lease_expires_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
+			)
+			UPDATE calls c SET state = 'UNKNOWN', result = $3, updated_at = $1, expires_at = $4,
+				lease_expires_at = NULL
+			FROM due WHERE c.id = due.id
+			RETURNING `+qualified("c", callColumns)+`, due.lease_expires_at`,
+			p.Now, limitArg(p.Limit), result, tsArg(p.ExpiresAt))
+		if err != nil {
+			return fmt.Errorf("reap expired leases: %w", interpretError(err))
+		}
+		type reaped struct {
+			call  *store.Call
+			lease time.Time
+		}
+		var rs []reaped
+		for rows.Next() {
+			var r reaped
+			if r.call, err = scanCall(rows, timeDst{&r.lease}); err != nil {
+				rows.Close()
+				return fmt.Errorf("reap expired leases: %w", err)
+			}
+			rs = append(rs, r)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("reap expired leases: %w", interpretError(err))
+		}
+		sort.Slice(rs, func(i, j int) bool {
+			if !rs[i].lease.Equal(rs[j].lease) {
+				return rs[i].lease.Before(rs[j].lease)
+			}
+			return rs[i].call.ID < rs[j].call.ID
+		})
+		out = make([]*store.Call, len(rs))
+		for i, r := range rs {
+			out[i] = r.call
+		}
+		var tl tail
+		if p.EventsFor != nil {
+			for _, c := range out {
+				cp := *c
+				tl.events(p.EventsFor(&cp))
+			}
+		}
+		return tl.send(ctx, tx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ExpireApprovals implements store.CallStore. Approvals and previews are
+// taken with SKIP LOCKED (replicas share the sweep; an approval being
+// consumed or resolved right now is left to that transaction), and locked
+// before their calls, like everywhere else.
+func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) ([]*store.Approval, error) {
+	if p.Limit < 0 {
+		return nil, fmt.Errorf("%w: expire approvals: negative limit", store.ErrInvalid)
+	}
+	var out []*store.Approval
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `WITH due AS (
+				SELECT id FROM approvals WHERE state IN ('PENDING', 'APPROVED') AND expires_at < $1
+				ORDER BY expires_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
+			)
+			UPDATE approvals a SET state = 'EXPIRED' FROM due WHERE a.id = due.id
+			RETURNING `+qualified("a", approvalColumns),
+			p.Now, limitArg(p.Limit))
+		if err != nil {
+			return fmt.Errorf("expire approvals: %w", interpretError(err))
+		}
+		out, err = collectApprovals(rows)
+		if err != nil {
+			return fmt.Errorf("expire approvals: %w", err)
+		}
+		sort.Slice(out, func(i, j int) bool {
+			if !out[i].ExpiresAt.Equal(out[j].ExpiresAt) {
+				return out[i].ExpiresAt.Before(out[j].ExpiresAt)
+			}
+			return out[i].ID < out[j].ID
+		})
+
+		var tl tail
+		if len(out) > 0 {
+			ids, callIDs := make([]string, len(out)), make([]string, len(out))
+			for i, a := range out {
+				ids[i], callIDs[i] = a.ID, a.CallID
+			}
+			tl.batch.Queue(`UPDATE calls SET state = 'RELEASED', updated_at = $3, expires_at = $4
+				WHERE id = ANY($1) AND state = 'AWAITING_APPROVAL' AND approval_id = ANY($2)`,
+				callIDs, ids, p.Now, tsArg(p.ExpiresAt))
+			for _, a := range out {
+				tl.notify(store.TopicApprovals, a.ID)
+				if p.EventsFor != nil {
+					cp := *a
+					tl.events(p.EventsFor(&cp))
+				}
+			}
+		}
+		// Previews: the same sweep, without events (the contract has none).
+		tl.batch.Queue(`WITH due AS (
+				SELECT token FROM previews WHERE state = 'PENDING' AND expires_at < $1
+				ORDER BY expires_at, token LIMIT $2 FOR UPDATE SKIP LOCKED
+			), expired AS (
+				UPDATE previews pv SET state = 'EXPIRED' FROM due WHERE pv.token = due.token
+				RETURNING pv.token, pv.call_id
+			)
+			UPDATE calls c SET state = 'RELEASED', updated_at = $1, expires_at = $3
+			FROM expired WHERE c.id = expired.call_id AND c.state = 'AWAITING_PREVIEW'
+				AND c.preview_token = expired.token`,
+			p.Now, limitArg(p.Limit), tsArg(p.ExpiresAt))
+		return tl.send(ctx, tx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// DeleteExpiredCalls implements store.CallStore. Approvals and previews are
+// deleted explicitly (not only by ON DELETE CASCADE) so that watchers of a
+// deleted approval are notified.
+func (s *Store) DeleteExpiredCalls(ctx context.Context, now time.Time, limit int) (int, error) {
+	if limit < 0 {
+		return 0, fmt.Errorf("%w: delete expired calls: negative limit", store.ErrInvalid)
+	}
+	var n int
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT id FROM calls WHERE expires_at < $1 AND `+notRunningOrParked+`
+			ORDER BY expires_at, id LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limitArg(limit))
+		if err != nil {
+			return fmt.Errorf("delete expired calls: %w", interpretError(err))
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("delete expired calls: %w", interpretError(err))
+		}
+		n = len(ids)
+		if n == 0 {
+			return nil
+		}
+		var tl tail
+		tl.batch.Queue(`WITH deleted AS (DELETE FROM approvals WHERE call_id = ANY($1) RETURNING id)
+			SELECT count(pg_notify($2, $3 || id)) FROM deleted`, ids, notifyChannel, string(store.TopicApprovals)+":")
+		tl.batch.Queue(`DELETE FROM previews WHERE call_id = ANY($1)`, ids)
+		tl.batch.Queue(`DELETE FROM calls WHERE id = ANY($1)`, ids)
+		return tl.send(ctx, tx)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// limitArg is a LIMIT argument: NULL (no limit) for n <= 0.
+func limitArg(n int) any {
+	if n <= 0 {
+		return nil
+	}
+	return n
+}

@@ -1,0 +1,5 @@
+package postgres
+
+// ListenerPID exposes, to this package's external tests, the backend pid of
+// the Store's listening connection (0 before the first Subscribe).
+func ListenerPID(s *Store) uint32 { return s.listener.listenerPID() }

@@ -1,0 +1,246 @@
+// Package postgres is toolsvc's production store: store.Store on Postgres
+// through pgx/v5, the embedded schema migrations and their runner, and
+// cross-replica change notifications over LISTEN/NOTIFY.
+//
+// Every method is one transaction (or one statement); the audit events,
+// task history and notifications a change produces ride in the same
+// transaction as the change, batched into one round trip. Concurrency is left
+// to Postgres: claims are single INSERT ... ON CONFLICT statements, parked
+// calls are started by one data-modifying statement, health changes lock
+// their row, and reapers use FOR UPDATE SKIP LOCKED so that replicas share
+// the work instead of colliding.
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/toolsvc/toolsvc/internal/store"
+)
+
+// notifyChannel is the LISTEN/NOTIFY channel. Payloads are "<topic>:<key>".
+const notifyChannel = "toolsvc_changes"
+
+// maxTxAttempts bounds how often a transaction aborted by Postgres to break a
+// deadlock or serialization conflict is run again.
+const maxTxAttempts = 4
+
+// rollbackTimeout bounds a rollback, which runs even if the caller's context
+// has ended (the connection must go back to the pool clean).
+const rollbackTimeout = 5 * time.Second
+
+// Store is store.Store on Postgres. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+
+	closeOnce sync.Once
+	listener  *listener
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to the database at databaseURL (a postgres:// URL or a
+// key=value connection string) and checks that it answers. A malformed URL
+// gives an error wrapping store.ErrInvalid; a server that cannot be reached
+// one wrapping store.ErrUnavailable. The caller owns the Store and closes it.
+// Open does not check the schema version: see CheckSchema.
+func Open(ctx context.Context, databaseURL string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		// pgx redacts the password in its parse errors.
+		return nil, fmt.Errorf("%w: parse database URL: %s", store.ErrInvalid, err.Error())
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "toolsvc"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", interpretError(err))
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database %s:%d/%s: %w",
+			cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, interpretError(err))
+	}
+	return New(pool), nil
+}
+
+// New returns a Store on pool. The Store takes ownership: Close closes the
+// pool.
+func New(pool *pgxpool.Pool) *Store {
+	s := &Store{pool: pool}
+	s.listener = newListener(pool.Config().ConnConfig)
+	return s
+}
+
+// Pool returns the Store's connection pool (for migrations and checks).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Ping reports whether the database answers (an error wrapping
+// store.ErrUnavailable if not).
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("ping database: %w", interpretError(err))
+	}
+	return nil
+}
+
+// Close stops the notification listener, closes every subscription channel
+// and closes the pool. It is safe to call more than once.
+func (s *Store) Close() {
+	s.closeOnce.Do(func() {
+		s.listener.close()
+		s.pool.Close()
+	})
+}
+
+// inTx runs fn in a transaction and commits it. fn's errors are returned as
+// they are (fn interprets the driver errors it gets). A transaction Postgres
+// aborted to resolve a deadlock or serialization conflict is run again, so
+// fn must be repeatable: it may only change the caller's values once it can
+// no longer fail, or in ways a rerun overwrites.
+func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := s.tryTx(ctx, fn)
+		if err == nil || !retryable(err) || attempt == maxTxAttempts || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+func (s *Store) tryTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return interpretError(err)
+	}
+	defer rollback(ctx, tx)
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return interpretError(err)
+	}
+	return nil
+}
+
+// rollback rolls tx back unless it was committed. It runs on a context that
+// ignores the caller's cancellation (an abandoned request must still return
+// its connection clean) but not for long.
+func rollback(ctx context.Context, tx pgx.Tx) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	// After a commit this is a no-op (pgx.ErrTxClosed). A failed rollback
+	// needs no handling here: pgx closes the connection, so the pool never
+	// hands out a connection stuck in a transaction.
+	_ = tx.Rollback(rctx)
+}
+
+// tail collects the statements that ride along with a change — audit
+// events, a task history entry, notifications — and sends them in one batch
+// (one round trip) inside the change's transaction.
+type tail struct {
+	batch pgx.Batch
+	err   error
+}
+
+const insertAuditEventSQL = `INSERT INTO audit_events
+	(id, time, type, call_id, trace_id, task_id, step_id, principal, tool, action, risk, decision, outcome, detail)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+	RETURNING seq`
+
+// events queues the events in order; each event's Seq is set when the batch
+// runs.
+func (t *tail) events(events []store.AuditEvent) {
+	for i := range events {
+		ev := &events[i]
+		if ev.ID == "" {
+			t.fail(fmt.Errorf("%w: audit event %d (%s) has no id", store.ErrInvalid, i, ev.Type))
+			return
+		}
+		detail, err := marshalDetail(ev.Detail)
+		if err != nil {
+			t.fail(err)
+			return
+		}
+		t.batch.Queue(insertAuditEventSQL,
+			ev.ID, ev.Time, ev.Type, ev.CallID, ev.TraceID, ev.TaskID, ev.StepID, ev.Principal,
+			ev.Tool, ev.Action, riskText(ev.Risk), string(ev.Decision), string(ev.Outcome), detail,
+		).QueryRow(func(row pgx.Row) error { return row.Scan(&ev.Seq) })
+	}
+}
+
+// history queues a task history entry.
+func (t *tail) history(h *store.TaskHistoryEntry) {
+	if h == nil {
+		return
+	}
+	if h.PrincipalID == "" || h.TaskID == "" {
+		t.fail(fmt.Errorf("%w: task history entry needs a principal and a task", store.ErrInvalid))
+		return
+	}
+	t.batch.Queue(`INSERT INTO task_history (principal_id, task_id, call_id, tool, action, resource, at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		h.PrincipalID, h.TaskID, h.CallID, h.Tool, h.Action, h.Resource, h.At)
+}
+
+// notify queues a notification; Postgres delivers it when the transaction
+// commits (and drops it if it rolls back).
+func (t *tail) notify(topic store.Topic, key string) {
+	t.batch.Queue("SELECT pg_notify($1, $2)", notifyChannel, string(topic)+":"+key)
+}
+
+func (t *tail) fail(err error) {
+	if t.err == nil {
+		t.err = err
+	}
+}
+
+// send runs the queued statements in tx.
+func (t *tail) send(ctx context.Context, tx pgx.Tx) error {
+	if t.err != nil {
+		return t.err
+	}
+	if t.batch.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, &t.batch).Close(); err != nil {
+		return interpretError(err)
+	}
+	return nil
+}
+
+// exists reports whether a row matches query (used to tell ErrNotFound from
+// ErrConflict after a conditional update matched nothing).
+func exists(ctx context.Context, q querier, query string, args ...any) (bool, error) {
+	var ok bool
+	if err := q.QueryRow(ctx, "SELECT EXISTS ("+query+")", args...).Scan(&ok); err != nil {
+		return false, interpretError(err)
+	}
+	return ok, nil
+}
+
+// notFoundOrConflict is the error of a conditional change that matched no
+// row: ErrNotFound if the record does not exist, else ErrConflict.
+func notFoundOrConflict(ctx context.Context, q querier, what, id, query string) error {
+	ok, err := exists(ctx, q, query, id)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%s %q: %w", what, id, store.ErrNotFound)
+	}
+	return fmt.Errorf("%s %q is not in the required state: %w", what, id, store.ErrConflict)
+}
+
+// querier is what pgx.Tx, *pgxpool.Pool and *pgx.Conn have in common.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
