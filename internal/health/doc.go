@@ -58,4 +58,16 @@
 // applied to the locked record, so a stale cache can at worst skip a write
 // that only a success would have made (the tool then heals on the next
 // success after the cache catches up).
+//
+// A replica's own writes reach its cache at once (commit, Record, Set, the
+// probe claim); other replicas' writes arrive through TopicHealth
+// notifications (and TopicTools ones, since registering or removing a tool
+// creates or removes its record). Because two local writes of one tool can
+// reach the cache in another order than they reached the store, each local
+// write also schedules one read-back of the record; health writes are rare
+// (only on change), so this costs a read per change, never one per call.
+//
+// A probe admitted by Admit that never reaches the tool (refused later in the
+// pipeline) should be given back with ReleaseProbe; otherwise it holds the
+// half-open circuit until ProbeTimeout.
 package health
