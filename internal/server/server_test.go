@@ -1,0 +1,466 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/auth"
+	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/server"
+	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/store/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// hookStore is a memory store whose ListTools and Ping can be made to
+// misbehave, to drive the server into panics, slow calls and outages.
+type hookStore struct {
+	store.Store
+	onList  atomic.Pointer[func(context.Context)]
+	pingErr atomic.Pointer[error]
+}
+
+func (h *hookStore) ListTools(ctx context.Context, p store.ListToolsParams) ([]*store.Tool, error) {
+	if f := h.onList.Load(); f != nil {
+		(*f)(ctx)
+	}
+	return h.Store.ListTools(ctx, p)
+}
+
+func (h *hookStore) Ping(ctx context.Context) error {
+	if e := h.pingErr.Load(); e != nil {
+		return *e
+	}
+	return h.Store.Ping(ctx)
+}
+
+func (h *hookStore) setOnList(f func(context.Context)) {
+	if f == nil {
+		h.onList.Store(nil)
+		return
+	}
+	h.onList.Store(&f)
+}
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type harness struct {
+	conn  *grpc.ClientConn
+	store *hookStore
+	log   *syncBuffer
+	stop  func() error // cancels Serve and returns its error
+}
+
+type harnessOptions struct {
+	principals      []*auth.Principal
+	healthInterval  time.Duration
+	shutdownTimeout time.Duration
+}
+
+func start(t *testing.T, o harnessOptions) *harness {
+	t.Helper()
+	mem := memory.New()
+	hs := &hookStore{Store: mem}
+	ctx, cancel := context.WithCancel(context.Background())
+	reg, err := registry.New(registry.Options{Store: hs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	authn, err := auth.NewDevAuthenticator(o.principals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	srv, err := server.New(server.Options{
+		Logger:          slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Store:           hs,
+		Registry:        reg,
+		Authenticator:   authn,
+		HealthInterval:  o.healthInterval,
+		ShutdownTimeout: o.shutdownTimeout,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	var serveErr error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			serveErr = <-served
+		})
+		return serveErr
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		if err := stop(); err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		mem.Close()
+	})
+	return &harness{conn: conn, store: hs, log: logs, stop: stop}
+}
+
+func as(ctx context.Context, principal string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, auth.PrincipalHeader, principal)
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// mcpTool is a valid definition that needs no provider in this process.
+func mcpTool(name string) *toolsvcv1.Tool {
+	return &toolsvcv1.Tool{
+		Name:         name,
+		Description:  "A tool served over MCP",
+		ConnectorId:  "remote",
+		ProviderType: toolsvcv1.ProviderType_PROVIDER_TYPE_MCP,
+		DefaultRisk:  toolsvcv1.RiskLevel_RISK_LEVEL_LOW,
+		Actions:      []*toolsvcv1.Action{{Name: "run", Description: "Run it"}},
+	}
+}
+
+func errorInfo(t *testing.T, err error) (codes.Code, *errdetails.ErrorInfo) {
+	t.Helper()
+	st, ok := status.FromError(err)
+	if !ok {
+		t.Fatalf("not a status: %v", err)
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return st.Code(), info
+		}
+	}
+	return st.Code(), nil
+}
+
+func TestPanicBecomesInternalAndServerLivesOn(t *testing.T) {
+	h := start(t, harnessOptions{})
+	ctx := testCtx(t)
+	reg := toolsvcv1.NewRegistryServiceClient(h.conn)
+	if _, err := reg.RegisterTool(ctx, &toolsvcv1.RegisterToolRequest{Tool: mcpTool("alpha")}); err != nil {
+		t.Fatal(err)
+	}
+
+	h.store.setOnList(func(context.Context) { panic("boom: secret-detail") })
+	_, err := reg.ListTools(ctx, &toolsvcv1.ListToolsRequest{})
+	code, info := errorInfo(t, err)
+	if code != codes.Internal || info == nil || info.Reason != "INTERNAL" {
+		t.Fatalf("got %v", err)
+	}
+	if strings.Contains(err.Error(), "secret-detail") {
+		t.Fatalf("panic value reached the caller: %v", err)
+	}
+	if !strings.Contains(h.log.String(), "secret-detail") || !strings.Contains(h.log.String(), "panic in handler") {
+		t.Fatalf("panic not logged:\n%s", h.log.String())
+	}
+
+	// The server still serves, the same method included.
+	h.store.setOnList(nil)
+	resp, err := reg.ListTools(ctx, &toolsvcv1.ListToolsRequest{})
+	if err != nil {
+		t.Fatalf("after panic: %v", err)
+	}
+	if len(resp.Tools) != 1 || resp.Tools[0].Name != "alpha" {
+		t.Fatalf("after panic: %v", resp.Tools)
+	}
+}
+
+func TestRoles(t *testing.T) {
+	h := start(t, harnessOptions{principals: []*auth.Principal{
+		{ID: "bot", Roles: []auth.Role{auth.RoleAgent}},
+		{ID: "reviewer", Roles: []auth.Role{auth.RoleApprover}},
+		{ID: "ops", Roles: []auth.Role{auth.RoleOperator}},
+	}})
+	ctx := testCtx(t)
+	reg := toolsvcv1.NewRegistryServiceClient(h.conn)
+	exec := toolsvcv1.NewToolExecutionServiceClient(h.conn)
+	appr := toolsvcv1.NewApprovalServiceClient(h.conn)
+	audit := toolsvcv1.NewAuditServiceClient(h.conn)
+
+	denied := func(t *testing.T, err error, roles string) {
+		t.Helper()
+		code, info := errorInfo(t, err)
+		if code != codes.PermissionDenied || info == nil || info.Reason != "ROLE_REQUIRED" || info.Metadata["roles"] != roles {
+			t.Fatalf("want PERMISSION_DENIED ROLE_REQUIRED roles=%s, got %v (%v)", roles, err, info)
+		}
+	}
+
+	// The agent discovers tools but cannot register them.
+	_, err := reg.RegisterTool(as(ctx, "bot"), &toolsvcv1.RegisterToolRequest{Tool: mcpTool("alpha")})
+	denied(t, err, "operator")
+	if _, err := reg.RegisterTool(as(ctx, "ops"), &toolsvcv1.RegisterToolRequest{Tool: mcpTool("alpha")}); err != nil {
+		t.Fatalf("operator refused: %v", err)
+	}
+	if _, err := reg.GetTool(as(ctx, "bot"), &toolsvcv1.GetToolRequest{Name: "alpha"}); err != nil {
+		t.Fatalf("agent refused GetTool: %v", err)
+	}
+	_, err = reg.ListTools(as(ctx, "reviewer"), &toolsvcv1.ListToolsRequest{})
+	denied(t, err, "agent,operator")
+	_, err = reg.DeregisterTool(as(ctx, "bot"), &toolsvcv1.DeregisterToolRequest{Name: "alpha"})
+	denied(t, err, "operator")
+
+	// Roles are checked before a handler runs, also for unbuilt ones.
+	_, err = exec.ExecuteTool(as(ctx, "ops"), &toolsvcv1.ExecuteToolRequest{Tool: "alpha"})
+	denied(t, err, "agent")
+	_, err = exec.ExecuteTool(as(ctx, "bot"), &toolsvcv1.ExecuteToolRequest{Tool: "alpha"})
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("agent ExecuteTool: want UNIMPLEMENTED, got %v", err)
+	}
+	_, err = appr.ListApprovals(as(ctx, "bot"), &toolsvcv1.ListApprovalsRequest{})
+	denied(t, err, "approver")
+	_, err = audit.ListAuditEvents(as(ctx, "reviewer"), &toolsvcv1.ListAuditEventsRequest{})
+	denied(t, err, "operator")
+
+	// A streaming RPC goes through the same check.
+	stream, err := appr.WatchApprovals(as(ctx, "ops"), &toolsvcv1.WatchApprovalsRequest{})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	denied(t, err, "approver")
+
+	// Unconfigured ids are development principals with every role.
+	if _, err := reg.DeregisterTool(as(ctx, "someone-else"), &toolsvcv1.DeregisterToolRequest{Name: "alpha"}); err != nil {
+		t.Fatalf("development principal refused: %v", err)
+	}
+}
+
+func TestPrincipalHeader(t *testing.T) {
+	h := start(t, harnessOptions{})
+	ctx := testCtx(t)
+	reg := toolsvcv1.NewRegistryServiceClient(h.conn)
+
+	for _, bad := range []string{" ", strings.Repeat("x", 129)} {
+		_, err := reg.ListTools(as(ctx, bad), &toolsvcv1.ListToolsRequest{})
+		if code, info := errorInfo(t, err); code != codes.Unauthenticated || info == nil || info.Reason != "UNAUTHENTICATED" {
+			t.Fatalf("principal %q: want UNAUTHENTICATED, got %v", bad, err)
+		}
+	}
+
+	// The principal named in metadata is the actor of what it does.
+	if _, err := reg.RegisterTool(as(ctx, "ops-7"), &toolsvcv1.RegisterToolRequest{Tool: mcpTool("alpha")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.RegisterTool(ctx, &toolsvcv1.RegisterToolRequest{Tool: mcpTool("beta")}); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := h.store.ListAuditEvents(ctx, store.AuditFilter{Types: []string{"tool.registered"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range evs {
+		got[e.Tool] = e.Principal
+	}
+	if got["alpha"] != "ops-7" || got["beta"] != "dev" {
+		t.Fatalf("audit principals %v, want alpha by ops-7 and beta by dev", got)
+	}
+	if !strings.Contains(h.log.String(), `"principal":"ops-7"`) {
+		t.Fatalf("principal not in the call log:\n%s", h.log.String())
+	}
+}
+
+func TestHealthAndReflectionSkipAuth(t *testing.T) {
+	h := start(t, harnessOptions{healthInterval: 20 * time.Millisecond})
+	ctx := testCtx(t)
+	hc := healthpb.NewHealthClient(h.conn)
+	// Even an invalid principal may probe health.
+	waitHealth(t, as(ctx, " "), hc, "", healthpb.HealthCheckResponse_SERVING)
+	waitHealth(t, ctx, hc, "toolsvc.v1.RegistryService", healthpb.HealthCheckResponse_SERVING)
+}
+
+func waitHealth(t *testing.T, ctx context.Context, hc healthpb.HealthClient, service string, want healthpb.HealthCheckResponse_ServingStatus) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+		if err == nil && resp.Status == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health of %q: want %v, got %v %v", service, want, resp, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestHealthFollowsStore(t *testing.T) {
+	h := start(t, harnessOptions{healthInterval: 20 * time.Millisecond})
+	ctx := testCtx(t)
+	hc := healthpb.NewHealthClient(h.conn)
+	waitHealth(t, ctx, hc, "", healthpb.HealthCheckResponse_SERVING)
+
+	down := errors.New("connection refused: " + store.ErrUnavailable.Error())
+	h.store.pingErr.Store(&down)
+	waitHealth(t, ctx, hc, "", healthpb.HealthCheckResponse_NOT_SERVING)
+	waitHealth(t, ctx, hc, "toolsvc.v1.ToolExecutionService", healthpb.HealthCheckResponse_NOT_SERVING)
+
+	h.store.pingErr.Store(nil)
+	waitHealth(t, ctx, hc, "", healthpb.HealthCheckResponse_SERVING)
+}
+
+func TestOtherServicesAnswerUnimplemented(t *testing.T) {
+	h := start(t, harnessOptions{})
+	ctx := testCtx(t)
+	for name, call := range map[string]func() error{
+		"ExecuteTool": func() error {
+			_, err := toolsvcv1.NewToolExecutionServiceClient(h.conn).ExecuteTool(ctx, &toolsvcv1.ExecuteToolRequest{})
+			return err
+		},
+		"GetApproval": func() error {
+			_, err := toolsvcv1.NewApprovalServiceClient(h.conn).GetApproval(ctx, &toolsvcv1.GetApprovalRequest{})
+			return err
+		},
+		"ListToolHealth": func() error {
+			_, err := toolsvcv1.NewToolHealthServiceClient(h.conn).ListToolHealth(ctx, &toolsvcv1.ListToolHealthRequest{})
+			return err
+		},
+		"ListAuditEvents": func() error {
+			_, err := toolsvcv1.NewAuditServiceClient(h.conn).ListAuditEvents(ctx, &toolsvcv1.ListAuditEventsRequest{})
+			return err
+		},
+	} {
+		if code := status.Code(call()); code != codes.Unimplemented {
+			t.Errorf("%s: want UNIMPLEMENTED, got %v", name, code)
+		}
+	}
+}
+
+func TestGracefulShutdown(t *testing.T) {
+	h := start(t, harnessOptions{shutdownTimeout: 10 * time.Second})
+	ctx := testCtx(t)
+	reg := toolsvcv1.NewRegistryServiceClient(h.conn)
+	if _, err := reg.RegisterTool(ctx, &toolsvcv1.RegisterToolRequest{Tool: mcpTool("alpha")}); err != nil {
+		t.Fatal(err)
+	}
+
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	h.store.setOnList(func(context.Context) {
+		close(entered)
+		<-release
+	})
+	slow := make(chan error, 1)
+	var slowResp *toolsvcv1.ListToolsResponse
+	go func() {
+		var err error
+		slowResp, err = reg.ListTools(ctx, &toolsvcv1.ListToolsRequest{})
+		slow <- err
+	}()
+	<-entered
+	h.store.setOnList(nil)
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- h.stop() }()
+
+	// New calls are refused while the slow one drains.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := reg.GetTool(ctx, &toolsvcv1.GetToolRequest{Name: "alpha"})
+		if status.Code(err) == codes.Unavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("new calls still accepted during shutdown: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("Serve returned (%v) before the in-flight call finished", err)
+	default:
+	}
+
+	close(release)
+	if err := <-slow; err != nil {
+		t.Fatalf("in-flight call failed: %v", err)
+	}
+	if len(slowResp.Tools) != 1 {
+		t.Fatalf("in-flight call answered %v", slowResp.Tools)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+}
+
+func TestShutdownTimeoutCancelsStragglers(t *testing.T) {
+	h := start(t, harnessOptions{shutdownTimeout: 100 * time.Millisecond})
+	ctx := testCtx(t)
+	reg := toolsvcv1.NewRegistryServiceClient(h.conn)
+	entered := make(chan struct{})
+	var once sync.Once
+	h.store.setOnList(func(ctx context.Context) {
+		once.Do(func() { close(entered) })
+		<-ctx.Done() // never finishes on its own
+	})
+	slow := make(chan error, 1)
+	go func() {
+		_, err := reg.ListTools(ctx, &toolsvcv1.ListToolsRequest{})
+		slow <- err
+	}()
+	<-entered
+	began := time.Now()
+	if err := h.stop(); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Fatalf("shutdown took %s despite a 100ms timeout", took)
+	}
+	if err := <-slow; err == nil {
+		t.Fatal("a call cut off by the shutdown timeout succeeded")
+	}
+	if !strings.Contains(h.log.String(), "shutdown timeout passed") {
+		t.Fatalf("forced stop not logged:\n%s", h.log.String())
+	}
+}
