@@ -704,3 +704,39 @@ func TestReleaseProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestCheckClaimsNothing(t *testing.T) {
+	e := newEnv(t, "flaky", "api")
+	tr := e.tracker()
+	if err := tr.Check("flaky"); err != nil {
+		t.Fatalf("healthy: %v", err)
+	}
+	e.trip(tr, "flaky")
+	wantFault(t, tr.Check("flaky"), fault.Unavailable, fault.ReasonToolUnavailable)
+	e.clock.Advance(30 * time.Second)
+	writes := e.st.Writes()
+	for range 3 {
+		if err := tr.Check("flaky"); err != nil {
+			t.Fatalf("half-open: Check = %v, want pass (Admit claims the probe)", err)
+		}
+	}
+	if e.st.Writes() != writes || !e.stored("flaky").ProbeUntil.IsZero() {
+		t.Fatal("Check claimed the probe")
+	}
+	if a, err := tr.Admit(e.ctx, "flaky"); err != nil || !a.Probe {
+		t.Fatalf("Admit after Check = %+v, %v", a, err)
+	}
+	wantFault(t, tr.Check("flaky"), fault.Unavailable, fault.ReasonToolUnavailable) // the probe is held
+
+	if _, err := tr.Record(e.ctx, "api", Observation{Kind: RateLimited, RateLimitUntil: e.clock.Now().Add(time.Minute)}, store.AuditEvent{}); err != nil {
+		t.Fatal(err)
+	}
+	wantFault(t, tr.Check("api"), fault.ResourceExhausted, fault.ReasonToolRateLimited)
+	if _, err := tr.Set(e.ctx, "api", Drain, "op", "x"); err != nil {
+		t.Fatal(err)
+	}
+	wantFault(t, tr.Check("api"), fault.Unavailable, fault.ReasonToolUnavailable)
+	if err := tr.Check("unknown"); err != nil {
+		t.Fatalf("unknown tool: %v", err)
+	}
+}
