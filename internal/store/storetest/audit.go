@@ -1,0 +1,200 @@
+package storetest
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/audit"
+	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/toolkit"
+)
+
+func auditTests() []test {
+	return []test{
+		{"AppendOrder", testAuditAppendOrder},
+		{"Filters", testAuditFilters},
+		{"Pagination", testAuditPagination},
+		{"Refused", testAuditRefused},
+	}
+}
+
+func testAuditAppendOrder(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	full := newEvent(audit.ToolCallSucceeded, newID())
+	full.Detail["unicode"] = "héllo ✓"
+	full.Detail["null"] = nil
+	full.Detail["big"] = float64(1 << 40)
+	bare := audit.New(audit.ToolRegistered, store.AuditEvent{Time: at(2 * time.Second)})
+	batches := [][]store.AuditEvent{
+		{full, newEvent(audit.ToolCallAttempted, newID())},
+		{bare},
+		{newEvent(audit.GateRequired, newID()), newEvent(audit.ApprovalResolved, newID()), newEvent(audit.ToolCallFailed, newID())},
+	}
+	var want []store.AuditEvent
+	for _, b := range batches {
+		noErr(t, "AppendAuditEvents", s.AppendAuditEvents(ctx, b))
+		want = append(want, b...)
+	}
+	noErr(t, "AppendAuditEvents of nothing", s.AppendAuditEvents(ctx, nil))
+	got := wantEvents(t, s, store.AuditFilter{}, want...)
+	if got[0].Detail["nested"].(map[string]any)["list"].([]any)[0] != "a" {
+		t.Fatalf("nested detail lost: %s", show(got[0].Detail))
+	}
+
+	// Events are copies, and Seq is the store's: the caller's is ignored.
+	got[0].Detail["reason"] = "mutated"
+	got[0].Detail["nested"].(map[string]any)["ok"] = false
+	withSeq := newEvent(audit.ToolCallDeduped, newID())
+	withSeq.Seq = 1
+	noErr(t, "AppendAuditEvents", s.AppendAuditEvents(ctx, []store.AuditEvent{withSeq}))
+	again := wantEvents(t, s, store.AuditFilter{}, append(want, withSeq)...)
+	if again[len(again)-1].Seq <= again[len(again)-2].Seq {
+		t.Fatalf("the caller's Seq was kept: %d after %d", again[len(again)-1].Seq, again[len(again)-2].Seq)
+	}
+}
+
+// auditFixture appends events whose fields vary independently and returns
+// them in append order.
+func auditFixture(t *testing.T, s store.Store, n int) []store.AuditEvent {
+	t.Helper()
+	types := []string{audit.ToolCallAttempted, audit.ToolCallSucceeded, audit.ToolCallFailed, audit.GateRequired}
+	calls := []string{newID(), newID(), newID(), newID(), newID()}
+	var events []store.AuditEvent
+	for i := range n {
+		events = append(events, audit.New(types[i%len(types)], store.AuditEvent{
+			Time:      at(time.Duration(i) * time.Second),
+			CallID:    calls[i%len(calls)],
+			TraceID:   "trace-" + itoa(i%3),
+			TaskID:    "task-" + itoa(i%2),
+			StepID:    "step-" + itoa(i),
+			Principal: "agent-" + itoa(i%4),
+			Tool:      []string{"files", "mail", "ci"}[i%3],
+			Action:    "act",
+			Risk:      toolkit.RiskLevel(1 + i%4),
+			Decision:  store.DecisionAllow,
+			Outcome:   store.OutcomeSucceeded,
+			Detail:    map[string]any{"i": float64(i)},
+		}))
+	}
+	// Append in a few batches, as transactions do.
+	for i := 0; i < n; i += 7 {
+		noErr(t, "AppendAuditEvents", s.AppendAuditEvents(t.Context(), events[i:min(i+7, n)]))
+	}
+	return events
+}
+
+func testAuditFilters(t *testing.T, s store.Store) {
+	events := auditFixture(t, s, 40)
+	call := events[3].CallID
+	cases := []struct {
+		name string
+		f    store.AuditFilter
+		keep func(e store.AuditEvent) bool
+	}{
+		{"Type", store.AuditFilter{Types: []string{audit.ToolCallFailed}}, func(e store.AuditEvent) bool { return e.Type == audit.ToolCallFailed }},
+		{"Types", store.AuditFilter{Types: []string{audit.ToolCallFailed, audit.GateRequired}}, func(e store.AuditEvent) bool {
+			return e.Type == audit.ToolCallFailed || e.Type == audit.GateRequired
+		}},
+		{"Call", store.AuditFilter{CallID: call}, func(e store.AuditEvent) bool { return e.CallID == call }},
+		{"Trace", store.AuditFilter{TraceID: "trace-2"}, func(e store.AuditEvent) bool { return e.TraceID == "trace-2" }},
+		{"Task", store.AuditFilter{TaskID: "task-1"}, func(e store.AuditEvent) bool { return e.TaskID == "task-1" }},
+		{"Principal", store.AuditFilter{Principal: "agent-3"}, func(e store.AuditEvent) bool { return e.Principal == "agent-3" }},
+		{"Tool", store.AuditFilter{Tool: "mail"}, func(e store.AuditEvent) bool { return e.Tool == "mail" }},
+		{"Start", store.AuditFilter{Start: at(30 * time.Second)}, func(e store.AuditEvent) bool { return !e.Time.Before(at(30 * time.Second)) }},
+		{"End", store.AuditFilter{End: at(10 * time.Second)}, func(e store.AuditEvent) bool { return e.Time.Before(at(10 * time.Second)) }},
+		{"Range", store.AuditFilter{Start: at(5 * time.Second), End: at(25 * time.Second)}, func(e store.AuditEvent) bool {
+			return !e.Time.Before(at(5*time.Second)) && e.Time.Before(at(25*time.Second))
+		}},
+		{"AfterSeq", store.AuditFilter{}, nil}, // filled in below
+		{"Combined", store.AuditFilter{Types: []string{audit.ToolCallAttempted, audit.ToolCallSucceeded}, Principal: "agent-1", Tool: "files", Start: at(5 * time.Second)}, func(e store.AuditEvent) bool {
+			return (e.Type == audit.ToolCallAttempted || e.Type == audit.ToolCallSucceeded) && e.Principal == "agent-1" && e.Tool == "files" && !e.Time.Before(at(5*time.Second))
+		}},
+		{"Nothing", store.AuditFilter{Principal: "nobody"}, func(store.AuditEvent) bool { return false }},
+	}
+	all, err := s.ListAuditEvents(t.Context(), store.AuditFilter{})
+	noErr(t, "ListAuditEvents", err)
+	cases[10].f.AfterSeq = all[16].Seq
+	cases[10].keep = func(e store.AuditEvent) bool { return slices.Index(eventIDs(events), e.ID) > 16 }
+
+	for _, tc := range cases {
+		var want []store.AuditEvent
+		for _, e := range events {
+			if tc.keep(e) {
+				want = append(want, e)
+			}
+		}
+		if len(want) == 0 && tc.name != "Nothing" {
+			t.Fatalf("filter %s selects nothing from the fixture", tc.name)
+		}
+		if len(want) == len(events) {
+			t.Fatalf("filter %s selects everything from the fixture", tc.name)
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			wantEvents(t, s, tc.f, want...)
+		})
+	}
+}
+
+func testAuditPagination(t *testing.T, s store.Store) {
+	events := auditFixture(t, s, 37)
+	for _, tc := range []struct {
+		name  string
+		f     store.AuditFilter
+		keep  func(store.AuditEvent) bool
+		limit int
+	}{
+		{"All1", store.AuditFilter{}, nil, 1},
+		{"All5", store.AuditFilter{}, nil, 5},
+		{"All37", store.AuditFilter{}, nil, 37},
+		{"Mail3", store.AuditFilter{Tool: "mail"}, func(e store.AuditEvent) bool { return e.Tool == "mail" }, 3},
+	} {
+		var want []string
+		for _, e := range events {
+			if tc.keep == nil || tc.keep(e) {
+				want = append(want, e.ID)
+			}
+		}
+		f := tc.f
+		f.Limit = tc.limit
+		var got []string
+		for range len(events) + 2 {
+			page, err := s.ListAuditEvents(t.Context(), f)
+			noErr(t, "ListAuditEvents page", err)
+			if len(page) > tc.limit {
+				t.Fatalf("%s: page of %d with limit %d", tc.name, len(page), tc.limit)
+			}
+			if len(page) == 0 {
+				break
+			}
+			for _, e := range page {
+				if e.Seq <= f.AfterSeq {
+					t.Fatalf("%s: event with Seq %d on a page after %d", tc.name, e.Seq, f.AfterSeq)
+				}
+				got = append(got, e.ID)
+			}
+			f.AfterSeq = page[len(page)-1].Seq
+		}
+		same(t, tc.name+": events paged", got, want)
+	}
+}
+
+// testAuditRefused: an append that cannot be stored stores nothing.
+func testAuditRefused(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	first := newEvent(audit.ToolCallAttempted, newID())
+	noErr(t, "AppendAuditEvents", s.AppendAuditEvents(ctx, []store.AuditEvent{first}))
+
+	ok := newEvent(audit.ToolCallSucceeded, newID())
+	noID := newEvent(audit.ToolCallFailed, newID())
+	noID.ID = ""
+	err := s.AppendAuditEvents(ctx, []store.AuditEvent{ok, noID})
+	wantErr(t, "AppendAuditEvents of an event without id", err, store.ErrInvalid)
+
+	dup := newEvent(audit.ToolCallFailed, newID())
+	dup.ID = first.ID
+	err = s.AppendAuditEvents(ctx, []store.AuditEvent{ok, dup})
+	wantErr(t, "AppendAuditEvents of an existing id", err, store.ErrConflict)
+
+	wantEvents(t, s, store.AuditFilter{}, first)
+}

@@ -1,0 +1,273 @@
+package storetest
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/audit"
+	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/toolkit"
+)
+
+func toolTests() []test {
+	return []test{
+		{"CreateAndGet", testCreateTool},
+		{"CreateDuplicate", testCreateToolDuplicate},
+		{"GetMissing", testGetToolMissing},
+		{"Update", testUpdateTool},
+		{"UpdateWrongVersion", testUpdateToolWrongVersion},
+		{"Delete", testDeleteTool},
+		{"ListPagination", testListToolsPagination},
+		{"ListSource", testListToolsSource},
+		{"RecordsAreCopies", testToolCopies},
+	}
+}
+
+func testCreateTool(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	in := newTool("files")
+	ev := audit.New(audit.ToolRegistered, store.AuditEvent{Time: at(0), Tool: "files", Principal: "op-1"})
+	got, err := s.CreateTool(ctx, store.CreateToolParams{Tool: in, Now: at(0), Events: []store.AuditEvent{ev}})
+	noErr(t, "CreateTool", err)
+
+	want := newTool("files")
+	want.Version = 1
+	want.CreatedAt, want.UpdatedAt = at(0), at(0)
+	wantTool(t, "created tool", got, want)
+	stored, err := s.GetTool(ctx, "files")
+	noErr(t, "GetTool", err)
+	wantTool(t, "stored tool", stored, want)
+
+	wantHealth(t, "health of a new tool", getHealth(t, s, "files"),
+		&store.ToolHealth{Tool: "files", Status: store.HealthHealthy, UpdatedAt: at(0)})
+	wantEvents(t, s, store.AuditFilter{Tool: "files"}, ev)
+}
+
+func testCreateToolDuplicate(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	createTool(t, s, newTool("files"))
+	dup := newTool("files")
+	dup.Description = "another"
+	ev := audit.New(audit.ToolRegistered, store.AuditEvent{Time: at(time.Second), Tool: "files"})
+	_, err := s.CreateTool(ctx, store.CreateToolParams{Tool: dup, Now: at(time.Second), Events: []store.AuditEvent{ev}})
+	wantErr(t, "CreateTool of an existing name", err, store.ErrConflict)
+
+	stored, err := s.GetTool(ctx, "files")
+	noErr(t, "GetTool", err)
+	if stored.Description != newTool("files").Description || !stored.UpdatedAt.Equal(at(0)) {
+		t.Fatalf("a refused create changed the tool: %s", show(stored))
+	}
+	wantNoEvents(t, s, ev)
+}
+
+func testGetToolMissing(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	_, err := s.GetTool(ctx, "nope")
+	wantErr(t, "GetTool", err, store.ErrNotFound)
+	_, err = s.GetToolHealth(ctx, "nope")
+	wantErr(t, "GetToolHealth", err, store.ErrNotFound)
+	_, err = s.UpdateTool(ctx, store.UpdateToolParams{Tool: newTool("nope"), ExpectedVersion: 1, Now: at(0)})
+	wantErr(t, "UpdateTool", err, store.ErrNotFound)
+	_, err = s.DeleteTool(ctx, store.DeleteToolParams{Name: "nope"})
+	wantErr(t, "DeleteTool", err, store.ErrNotFound)
+}
+
+func testUpdateTool(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	createTool(t, s, newTool("files"))
+
+	upd := newTool("files")
+	upd.Description = "Files, version two"
+	upd.Actions = upd.Actions[:1]
+	upd.Actions[0].InputSchema = json.RawMessage(`{"type":"object","additionalProperties":true}`)
+	upd.RequiredScopes = []string{"files:all"}
+	upd.DefaultRisk = toolkit.RiskCritical
+	upd.Policies = nil
+	upd.Source = store.SourceFile
+	ev := audit.New(audit.ToolUpdated, store.AuditEvent{Time: at(time.Hour), Tool: "files"})
+	got, err := s.UpdateTool(ctx, store.UpdateToolParams{Tool: upd, ExpectedVersion: 1, Now: at(time.Hour), Events: []store.AuditEvent{ev}})
+	noErr(t, "UpdateTool", err)
+
+	want := *upd
+	want.Version = 2
+	want.CreatedAt, want.UpdatedAt = at(0), at(time.Hour)
+	wantTool(t, "updated tool", got, &want)
+	stored, err := s.GetTool(ctx, "files")
+	noErr(t, "GetTool", err)
+	wantTool(t, "stored tool", stored, &want)
+	wantEvents(t, s, store.AuditFilter{Types: []string{audit.ToolUpdated}}, ev)
+
+	// And once more, from the new version.
+	upd.Description = "Files, version three"
+	got, err = s.UpdateTool(ctx, store.UpdateToolParams{Tool: upd, ExpectedVersion: 2, Now: at(2 * time.Hour)})
+	noErr(t, "UpdateTool", err)
+	if got.Version != 3 || !got.CreatedAt.Equal(at(0)) || !got.UpdatedAt.Equal(at(2*time.Hour)) {
+		t.Fatalf("second update: version %d created %v updated %v", got.Version, got.CreatedAt, got.UpdatedAt)
+	}
+}
+
+func testUpdateToolWrongVersion(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	created := createTool(t, s, newTool("files"))
+	for _, v := range []int64{2, 7} {
+		upd := newTool("files")
+		upd.Description = "changed"
+		ev := audit.New(audit.ToolUpdated, store.AuditEvent{Time: at(time.Hour), Tool: "files"})
+		_, err := s.UpdateTool(ctx, store.UpdateToolParams{Tool: upd, ExpectedVersion: v, Now: at(time.Hour), Events: []store.AuditEvent{ev}})
+		wantErr(t, "UpdateTool with a stale version", err, store.ErrConflict)
+		wantNoEvents(t, s, ev)
+	}
+	stored, err := s.GetTool(ctx, "files")
+	noErr(t, "GetTool", err)
+	wantTool(t, "tool after refused updates", stored, created)
+}
+
+func testDeleteTool(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	createTool(t, s, newTool("files"))
+	upd := newTool("files")
+	upd.Description = "v2"
+	updated, err := s.UpdateTool(ctx, store.UpdateToolParams{Tool: upd, ExpectedVersion: 1, Now: at(time.Minute)})
+	noErr(t, "UpdateTool", err)
+
+	bad := audit.New(audit.ToolDeregistered, store.AuditEvent{Time: at(time.Hour), Tool: "files"})
+	_, err = s.DeleteTool(ctx, store.DeleteToolParams{Name: "files", ExpectedVersion: 1, Events: []store.AuditEvent{bad}})
+	wantErr(t, "DeleteTool with a stale version", err, store.ErrConflict)
+	wantNoEvents(t, s, bad)
+	getHealth(t, s, "files")
+
+	ev := audit.New(audit.ToolDeregistered, store.AuditEvent{Time: at(time.Hour), Tool: "files"})
+	got, err := s.DeleteTool(ctx, store.DeleteToolParams{Name: "files", ExpectedVersion: 2, Events: []store.AuditEvent{ev}})
+	noErr(t, "DeleteTool", err)
+	wantTool(t, "deleted tool", got, updated)
+	_, err = s.GetTool(ctx, "files")
+	wantErr(t, "GetTool after delete", err, store.ErrNotFound)
+	_, err = s.GetToolHealth(ctx, "files")
+	wantErr(t, "GetToolHealth after delete", err, store.ErrNotFound)
+	wantEvents(t, s, store.AuditFilter{Types: []string{audit.ToolDeregistered}}, ev)
+	_, err = s.DeleteTool(ctx, store.DeleteToolParams{Name: "files"})
+	wantErr(t, "DeleteTool twice", err, store.ErrNotFound)
+
+	// The name is free again, with a fresh version and health; version 0
+	// deletes whatever version there is.
+	again, err := s.CreateTool(ctx, store.CreateToolParams{Tool: newTool("files"), Now: at(2 * time.Hour)})
+	noErr(t, "CreateTool after delete", err)
+	if again.Version != 1 || !again.CreatedAt.Equal(at(2*time.Hour)) {
+		t.Fatalf("recreated tool: version %d created %v", again.Version, again.CreatedAt)
+	}
+	wantHealth(t, "health of the recreated tool", getHealth(t, s, "files"),
+		&store.ToolHealth{Tool: "files", Status: store.HealthHealthy, UpdatedAt: at(2 * time.Hour)})
+	_, err = s.DeleteTool(ctx, store.DeleteToolParams{Name: "files"})
+	noErr(t, "DeleteTool of any version", err)
+}
+
+// toolNames are names whose byte order differs from a natural-language
+// collation ('-' and '_' against letters and digits): lists are in byte order.
+var toolNames = []string{
+	"a", "a-b", "a_b", "a0", "ab", "a-c", "b", "b-", "b_", "b9", "ba",
+	"z", "z-z", "z_z", "zz", "0", "0-1", "1", "_x", "-x", "x-", "x_", "x",
+}
+
+func testListToolsPagination(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	names := slices.Clone(toolNames)
+	rand.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+	for _, n := range names {
+		createTool(t, s, newTool(n))
+	}
+	slices.Sort(names) // byte order
+
+	all, err := s.ListTools(ctx, store.ListToolsParams{})
+	noErr(t, "ListTools", err)
+	same(t, "all tools by name", toolNamesOf(all), names)
+	if all[0].Version != 1 || len(all[0].Actions) != 2 {
+		t.Fatalf("listed tool is not the whole record: %s", show(all[0]))
+	}
+
+	for _, limit := range []int{1, 4, 5, len(names), len(names) + 1} {
+		var (
+			paged []string
+			after string
+		)
+		for range len(names) + 2 {
+			page, err := s.ListTools(ctx, store.ListToolsParams{After: after, Limit: limit})
+			noErr(t, "ListTools page", err)
+			if len(page) > limit {
+				t.Fatalf("page of %d with limit %d", len(page), limit)
+			}
+			if len(page) == 0 {
+				break
+			}
+			paged = append(paged, toolNamesOf(page)...)
+			after = page[len(page)-1].Name
+		}
+		same(t, "tools paged by "+itoa(limit), paged, names)
+	}
+
+	page, err := s.ListTools(ctx, store.ListToolsParams{After: "b", Limit: 3})
+	noErr(t, "ListTools after b", err)
+	i, _ := slices.BinarySearch(names, "b")
+	same(t, "tools after b", toolNamesOf(page), names[i+1:i+4])
+}
+
+func testListToolsSource(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	sources := map[string]store.ToolSource{
+		"api-1": store.SourceAPI, "file-1": store.SourceFile, "api-2": store.SourceAPI,
+		"builtin-1": store.SourceBuiltin, "file-2": store.SourceFile, "file-3": store.SourceFile,
+	}
+	for name, src := range sources {
+		tool := newTool(name)
+		tool.Source = src
+		createTool(t, s, tool)
+	}
+	got, err := s.ListTools(ctx, store.ListToolsParams{Source: store.SourceFile})
+	noErr(t, "ListTools source file", err)
+	same(t, "file tools", toolNamesOf(got), []string{"file-1", "file-2", "file-3"})
+	for _, tool := range got {
+		if tool.Source != store.SourceFile {
+			t.Fatalf("tool %s has source %s", tool.Name, tool.Source)
+		}
+	}
+	got, err = s.ListTools(ctx, store.ListToolsParams{Source: store.SourceFile, After: "file-1", Limit: 1})
+	noErr(t, "ListTools source file page", err)
+	same(t, "file tools after file-1", toolNamesOf(got), []string{"file-2"})
+	got, err = s.ListTools(ctx, store.ListToolsParams{Source: store.SourceBuiltin})
+	noErr(t, "ListTools source builtin", err)
+	same(t, "builtin tools", toolNamesOf(got), []string{"builtin-1"})
+}
+
+// testToolCopies: what callers pass in and get back is theirs to change.
+func testToolCopies(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	in := newTool("files")
+	got, err := s.CreateTool(ctx, store.CreateToolParams{Tool: in, Now: at(0)})
+	noErr(t, "CreateTool", err)
+	want, err := s.GetTool(ctx, "files")
+	noErr(t, "GetTool", err)
+
+	in.Description = "mutated input"
+	in.RequiredScopes[0] = "mutated"
+	in.Actions[0].Name = "mutated"
+	in.Actions[0].InputSchema[0] = ' '
+	in.Policies[0].ReadBeforeWrite.ReadActions[0] = "mutated"
+	got.Capabilities[0] = "mutated"
+	got.Actions[1].Examples = append(got.Actions[1].Examples, store.Example{Description: "mutated"})
+	got.Policies[1].SequentialDependency.Requires[0] = "mutated"
+	got.Actions[0].Examples[0].Input[1] = ' '
+
+	again, err := s.GetTool(ctx, "files")
+	noErr(t, "GetTool", err)
+	wantTool(t, "tool after callers changed their copies", again, want)
+}
+
+func toolNamesOf(tools []*store.Tool) []string {
+	out := make([]string, len(tools))
+	for i, t := range tools {
+		out[i] = t.Name
+	}
+	return out
+}
