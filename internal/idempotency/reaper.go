@@ -1,0 +1,180 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/audit"
+	"github.com/toolsvc/toolsvc/internal/store"
+)
+
+// LeaseExpiredMessage is the stored result message of a call whose lease the
+// reaper took away. It is what the agent sees on replay.
+const LeaseExpiredMessage = "outcome unknown: the replica executing this call stopped renewing its lease; " +
+	"the tool may or may not have acted. An operator can resolve it."
+
+// Reaper cleans up after calls nobody finishes: expired leases become
+// UNKNOWN (never re-executed), approvals and previews past their expiry are
+// expired (their parked calls released), and records past retention are
+// deleted. Every step is one atomic store operation that claims what it
+// handles, so reapers on every replica may run at once.
+type Reaper struct {
+	st     store.CallStore
+	cfg    Config
+	now    func() time.Time
+	logger *slog.Logger
+}
+
+// ReapStats counts what one round did.
+type ReapStats struct {
+	Unknown, ApprovalsExpired, Deleted int
+}
+
+// NewReaper returns a reaper. now defaults to time.Now and logger to a
+// discarding one.
+func NewReaper(st store.CallStore, cfg Config, now func() time.Time, logger *slog.Logger) *Reaper {
+	if now == nil {
+		now = time.Now
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Reaper{st: st, cfg: cfg, now: now, logger: logger}
+}
+
+// RunOnce runs one round of each step, each handling at most ReaperBatch
+// records. A failing step does not stop the others; their errors are joined.
+func (r *Reaper) RunOnce(ctx context.Context) (ReapStats, error) {
+	var (
+		stats ReapStats
+		errs  []error
+	)
+	now := r.now()
+	retainUntil := now.Add(r.cfg.Retention)
+
+	reaped, err := r.st.ReapExpiredLeases(ctx, store.ReapParams{
+		Now:       now,
+		ExpiresAt: retainUntil,
+		Limit:     r.cfg.ReaperBatch,
+		Result:    &store.Result{Success: false, Message: LeaseExpiredMessage},
+		EventsFor: func(c *store.Call) []store.AuditEvent {
+			return []store.AuditEvent{UnknownEvent(c, now)}
+		},
+	})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("reap expired leases: %w", err))
+	}
+	stats.Unknown = len(reaped)
+	for _, c := range reaped {
+		r.logger.WarnContext(ctx, "call lease expired; outcome recorded as UNKNOWN",
+			slog.String("call_id", c.ID), slog.String("tool", c.Tool), slog.String("action", c.Action),
+			slog.String("principal", c.PrincipalID), slog.Int("attempt", c.AttemptCount))
+	}
+
+	expired, err := r.st.ExpireApprovals(ctx, store.ExpireParams{
+		Now:       now,
+		ExpiresAt: retainUntil,
+		Limit:     r.cfg.ReaperBatch,
+		EventsFor: func(a *store.Approval) []store.AuditEvent {
+			return []store.AuditEvent{ApprovalExpiredEvent(a, now)}
+		},
+	})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("expire approvals: %w", err))
+	}
+	stats.ApprovalsExpired = len(expired)
+
+	deleted, err := r.st.DeleteExpiredCalls(ctx, now, r.cfg.ReaperBatch)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("delete expired calls: %w", err))
+	}
+	stats.Deleted = deleted
+
+	return stats, errors.Join(errs...)
+}
+
+// Run runs rounds every ReaperInterval until ctx ends, starting at once. A
+// round that filled a batch is followed by another right away, so a backlog
+// (after an outage) drains without waiting for the interval.
+func (r *Reaper) Run(ctx context.Context) {
+	interval := r.cfg.ReaperInterval
+	if interval <= 0 {
+		interval = DefaultConfig().ReaperInterval
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		stats, err := r.RunOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.logger.ErrorContext(ctx, "reaper round failed", slog.Any("error", err))
+		}
+		next := interval
+		if err == nil && r.full(stats) {
+			next = 0
+		}
+		t.Reset(next)
+	}
+}
+
+func (r *Reaper) full(s ReapStats) bool {
+	b := r.cfg.ReaperBatch
+	return b > 0 && (s.Unknown >= b || s.ApprovalsExpired >= b || s.Deleted >= b)
+}
+
+// UnknownEvent is the tool_call.unknown event of a call whose lease expired.
+func UnknownEvent(c *store.Call, now time.Time) store.AuditEvent {
+	return audit.New(audit.ToolCallUnknown, store.AuditEvent{
+		Time:      now,
+		CallID:    c.ID,
+		TraceID:   c.TraceID,
+		TaskID:    c.TaskID,
+		StepID:    c.StepID,
+		Principal: c.PrincipalID,
+		Tool:      c.Tool,
+		Action:    c.Action,
+		Risk:      c.Risk,
+		Decision:  c.Decision,
+		Outcome:   store.OutcomeUnknown,
+		Detail:    map[string]any{"reason": "lease_expired"},
+	})
+}
+
+// ApprovalExpiredEvent is the approval.expired event of an approval nobody
+// resolved (or used) in time.
+func ApprovalExpiredEvent(a *store.Approval, now time.Time) store.AuditEvent {
+	return audit.New(audit.ApprovalExpired, store.AuditEvent{
+		Time:      now,
+		CallID:    a.CallID,
+		TraceID:   a.TraceID,
+		TaskID:    a.TaskID,
+		StepID:    a.StepID,
+		Principal: a.Requester,
+		Tool:      a.Tool,
+		Action:    a.Action,
+		Risk:      a.Risk,
+		Decision:  store.DecisionConfirm,
+		Detail: map[string]any{
+			"approval_id": a.ID,
+			// PENDING: nobody resolved it; APPROVED: approved but never used.
+			"was":        string(stateBeforeExpiry(a)),
+			"expires_at": a.ExpiresAt.UTC().Format(time.RFC3339Nano),
+		},
+	})
+}
+
+// stateBeforeExpiry: the store hands EventsFor the approval as it will be
+// stored (EXPIRED); ResolvedAt tells whether an approver had approved it.
+func stateBeforeExpiry(a *store.Approval) store.ApprovalState {
+	if !a.ResolvedAt.IsZero() {
+		return store.ApprovalApproved
+	}
+	return store.ApprovalPending
+}
