@@ -53,8 +53,8 @@ func (s *Store) AppendAuditEvents(ctx context.Context, events []store.AuditEvent
 
 // ListAuditEvents implements store.AuditStore.
 func (s *Store) ListAuditEvents(ctx context.Context, f store.AuditFilter) ([]*store.AuditEvent, error) {
-	if f.Limit < 0 {
-		return nil, fmt.Errorf("negative limit: %w", store.ErrInvalid)
+	if f.Limit < 0 || f.AfterSeq < 0 {
+		return nil, fmt.Errorf("negative limit or cursor: %w", store.ErrInvalid)
 	}
 	start, end := normTime(f.Start), normTime(f.End)
 	var out []*store.AuditEvent

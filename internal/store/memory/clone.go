@@ -1,7 +1,6 @@
 package memory
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -21,17 +20,17 @@ func normTime(t time.Time) time.Time {
 	return t.Truncate(time.Microsecond).UTC()
 }
 
-// cloneJSON copies a JSON document, refusing one Postgres' jsonb would
-// refuse. Empty and JSON null are stored as nothing.
+// cloneJSON copies a JSON document byte for byte (callers compute
+// fingerprints over such bytes, and Postgres keeps them verbatim in json
+// columns), refusing one that is not valid JSON. Empty is stored as nothing.
 func cloneJSON(field string, raw json.RawMessage) (json.RawMessage, error) {
-	trimmed := bytes.TrimSpace(raw)
-	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
+	if len(raw) == 0 {
 		return nil, nil
 	}
-	if !json.Valid(trimmed) {
+	if !json.Valid(raw) {
 		return nil, fmt.Errorf("%s is not valid JSON: %w", field, store.ErrInvalid)
 	}
-	return slices.Clone(json.RawMessage(trimmed)), nil
+	return slices.Clone(raw), nil
 }
 
 // cloneRaw copies stored JSON that is known to be valid.

@@ -41,6 +41,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Audit", auditTests()},
 		{"TaskHistory", historyTests()},
 		{"Notifications", notificationTests()},
+		{"Limits", limitTests()},
 		{"Lifecycle", lifecycleTests()},
 	}
 	for _, g := range groups {
