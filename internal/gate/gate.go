@@ -90,6 +90,15 @@ func defaultMatrix() matrix {
 
 // Gate classifies risk and decides. It is immutable after New and safe for
 // concurrent use.
+//
+// Adjuster rules see these variables (levels and statuses are strings):
+//
+//	tool      name, connector_id, default_risk, capabilities, required_scopes, version
+//	action    name, risk (the action's risk, or the tool's default when it sets none)
+//	args      the call's arguments, a JSON object (numbers are doubles)
+//	principal id, roles, scopes
+//	context   trace_id, task_id, step_id, autonomy (effective), scopes (granted)
+//	health    status ("HEALTHY" when unknown), consecutive_errors
 type Gate struct {
 	matrix    matrix
 	adjusters []*adjuster

@@ -39,7 +39,9 @@ func leaseConfig(lease time.Duration) Config {
 // any moment would find it alive.
 func TestKeepAliveRenewsBeforeExpiry(t *testing.T) {
 	st := newStore(t)
-	const lease = 150 * time.Millisecond
+	// Renewed every 100ms: only a 200ms stall of the renewing goroutine
+	// would let it lapse, which keeps the test stable on a loaded machine.
+	const lease = 300 * time.Millisecond
 	start := time.Now()
 	claimRunning(t, st, "c1", start, start.Add(lease))
 
@@ -90,8 +92,8 @@ func TestHeartbeatRenewsAtOnce(t *testing.T) {
 func TestHeartbeatConcurrent(t *testing.T) {
 	st := newStore(t)
 	now := time.Now()
-	claimRunning(t, st, "c1", now, now.Add(30*time.Millisecond))
-	l := KeepAlive(context.Background(), st, "c1", 1, leaseConfig(30*time.Millisecond), time.Now, nil)
+	claimRunning(t, st, "c1", now, now.Add(200*time.Millisecond))
+	l := KeepAlive(context.Background(), st, "c1", 1, leaseConfig(200*time.Millisecond), time.Now, nil)
 	defer l.Stop()
 
 	var wg sync.WaitGroup
@@ -153,7 +155,7 @@ func TestKeepAliveLostWhenReaped(t *testing.T) {
 	}
 }
 
-// TestKeepAliveLostToAnotherAttempt: once another attempt holds the key the
+// TestHeartbeatLostToAnotherAttempt: once another attempt holds the key the
 // old attempt's lease is gone.
 func TestHeartbeatLostToAnotherAttempt(t *testing.T) {
 	st := newStore(t)
