@@ -11,7 +11,7 @@ import (
 )
 
 // entryWith prepares the echo tool with the given input schema for "say".
-func entryWith(t *testing.T, schema string) *Entry {
+func entryWith(t testing.TB, schema string) *Entry {
 	t.Helper()
 	def := goodTool()
 	def.Actions[0].InputSchema = toolkit.JSON(schema)

@@ -345,7 +345,8 @@ func nodeJSON(n *yaml.Node, field string, bad func(string, int, string, ...any))
 	if n.Kind == 0 {
 		return nil
 	}
-	v, err := nodeValue(n, 0)
+	budget := maxYAMLNodes
+	v, err := nodeValue(n, 0, &budget)
 	if err != nil {
 		bad(field, n.Line, "%v", err)
 		return nil
@@ -358,23 +359,30 @@ func nodeJSON(n *yaml.Node, field string, bad func(string, int, string, ...any))
 	return b
 }
 
-// maxYAMLDepth bounds nesting (and alias expansion) of a converted value.
-const maxYAMLDepth = 64
+// Bounds of a converted value: nesting depth, and nodes visited, which
+// also stops aliases that expand exponentially ("billion laughs").
+const (
+	maxYAMLDepth = 64
+	maxYAMLNodes = 100_000
+)
 
 // nodeValue converts a YAML node to a value that encodes as JSON: mappings
 // with string keys, sequences, and scalars by their resolved tag.
-func nodeValue(n *yaml.Node, depth int) (any, error) {
+func nodeValue(n *yaml.Node, depth int, budget *int) (any, error) {
 	if depth > maxYAMLDepth {
 		return nil, errors.New("nested too deeply")
+	}
+	if *budget--; *budget < 0 {
+		return nil, fmt.Errorf("more than %d values (aliases expanding?)", maxYAMLNodes)
 	}
 	switch n.Kind {
 	case yaml.DocumentNode:
 		if len(n.Content) == 0 {
 			return nil, nil
 		}
-		return nodeValue(n.Content[0], depth+1)
+		return nodeValue(n.Content[0], depth+1, budget)
 	case yaml.AliasNode:
-		return nodeValue(n.Alias, depth+1)
+		return nodeValue(n.Alias, depth+1, budget)
 	case yaml.MappingNode:
 		m := make(map[string]any, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -382,7 +390,7 @@ func nodeValue(n *yaml.Node, depth int) (any, error) {
 			if k.Kind != yaml.ScalarNode || k.ShortTag() == "!!merge" {
 				return nil, fmt.Errorf("keys must be plain strings (line %d)", k.Line)
 			}
-			v, err := nodeValue(n.Content[i+1], depth+1)
+			v, err := nodeValue(n.Content[i+1], depth+1, budget)
 			if err != nil {
 				return nil, err
 			}
@@ -392,7 +400,7 @@ func nodeValue(n *yaml.Node, depth int) (any, error) {
 	case yaml.SequenceNode:
 		l := make([]any, 0, len(n.Content))
 		for _, c := range n.Content {
-			v, err := nodeValue(c, depth+1)
+			v, err := nodeValue(c, depth+1, budget)
 			if err != nil {
 				return nil, err
 			}

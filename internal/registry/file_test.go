@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -245,5 +246,25 @@ tools:
 `
 	if _, err := LoadFile(writeFile(t, nonStringKeys)); !errors.As(err, &fe) || !strings.Contains(err.Error(), "tool.actions[0].input_schema") {
 		t.Fatalf("non-string schema key: %v", err)
+	}
+}
+
+func TestLoadFileRefusesAliasBombs(t *testing.T) {
+	var sb strings.Builder
+	sb.WriteString("x0: &x0 [a, a, a, a, a, a, a, a, a, a]\n")
+	for i := 1; i < 9; i++ {
+		fmt.Fprintf(&sb, "x%d: &x%d [*x%d, *x%d, *x%d, *x%d, *x%d, *x%d, *x%d, *x%d, *x%d, *x%d]\n", i, i, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1)
+	}
+	bomb := "tools:\n  - name: echo\n    description: Echo\n    connector_id: demo\n    default_risk: LOW\n    actions:\n      - name: say\n        description: Say\n        input_schema:\n          type: object\n          properties:\n            p:\n              default:\n"
+	for _, line := range strings.Split(strings.TrimSpace(sb.String()), "\n") {
+		bomb += "                " + line + "\n"
+	}
+	start := time.Now()
+	_, err := LoadFile(writeFile(t, bomb))
+	if err == nil || !strings.Contains(err.Error(), "more than 100000 values") {
+		t.Fatalf("alias bomb: %v", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatalf("alias bomb took %s", time.Since(start))
 	}
 }
