@@ -1,0 +1,274 @@
+// Package app wires toolsvc together with plain constructors: configuration
+// → store → registry (builtin and file tools synced) → gRPC server, and runs
+// it until its context ends, then drains and closes everything it opened.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/auth"
+	"github.com/toolsvc/toolsvc/internal/config"
+	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/server"
+	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/store/memory"
+	"github.com/toolsvc/toolsvc/internal/store/postgres"
+	"github.com/toolsvc/toolsvc/internal/tools"
+	"github.com/toolsvc/toolsvc/internal/tools/demo"
+)
+
+// SystemActor is the principal recorded in audit events of changes toolsvc
+// makes on its own (syncing builtin and file tools at start).
+const SystemActor = "toolsvc"
+
+// Options are what the configuration cannot carry.
+type Options struct {
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// ExtraProviders serve connectors beyond the built-in ones (the demo
+	// tools); their Builtin definitions are synced like the demo tools'.
+	ExtraProviders []tools.Provider
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// HealthInterval is how often the store is pinged for grpc.health.v1;
+	// 0 means the server's default.
+	HealthInterval time.Duration
+}
+
+// App is a wired toolsvc: store, registry and server.
+type App struct {
+	cfg    *config.Config
+	log    *slog.Logger
+	store  store.Store
+	reg    *registry.Registry
+	server *server.Server
+
+	// stop ends the background work started by New (the registry's cache
+	// refresh); it outlives New's context on purpose.
+	stop context.CancelFunc
+
+	mu   sync.Mutex
+	addr net.Addr
+
+	closeOnce sync.Once
+}
+
+// New builds an App from a validated configuration. With Postgres, pending
+// migrations are applied when cfg.Migrate is set; otherwise a database whose
+// schema does not match this binary's migrations is refused with a message
+// saying what to do. Nothing listens until Serve. On error everything opened
+// so far is closed.
+func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	a := &App{cfg: cfg, log: log}
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	a.stop = stop
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+
+	if a.store, err = openStore(ctx, cfg, log); err != nil {
+		return nil, err
+	}
+
+	var providers []tools.Provider
+	if cfg.DemoToolsEnabled() {
+		providers = append(providers, demo.NewProvider())
+	}
+	providers = append(providers, opts.ExtraProviders...)
+	a.reg, err = registry.New(registry.Options{
+		Store:     a.store,
+		Providers: providers,
+		Now:       opts.Now,
+		Logger:    log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	if err := a.reg.Start(runCtx); err != nil {
+		return nil, err
+	}
+	if err := a.syncTools(ctx); err != nil {
+		return nil, err
+	}
+
+	principals, err := cfg.DevPrincipals()
+	if err != nil {
+		return nil, err
+	}
+	authn, err := auth.NewDevAuthenticator(principals)
+	if err != nil {
+		return nil, fmt.Errorf("principals: %w", err)
+	}
+	a.server, err = server.New(server.Options{
+		Logger:          log,
+		Store:           a.store,
+		Registry:        a.reg,
+		Authenticator:   authn,
+		HealthInterval:  opts.HealthInterval,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// openStore opens the configured store.
+func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (store.Store, error) {
+	if cfg.DatabaseURL == "" {
+		return memory.New(), nil
+	}
+	pg, err := postgres.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	if cfg.Migrate {
+		statuses, err := postgres.Migrate(ctx, pg.Pool())
+		if err != nil {
+			pg.Close()
+			return nil, fmt.Errorf("apply migrations: %w", err)
+		}
+		for _, st := range statuses {
+			log.Info("migration applied", "version", st.Version, "name", st.Name)
+		}
+	}
+	if err := postgres.CheckSchema(ctx, pg.Pool()); err != nil {
+		pg.Close()
+		return nil, fmt.Errorf("refusing to start: %w", err)
+	}
+	return pg, nil
+}
+
+// syncTools makes the builtin tools match the providers (removing builtin
+// tools of providers no longer configured, such as the demo tools once they
+// are switched off) and the file tools match the tools file.
+func (a *App) syncTools(ctx context.Context) error {
+	rep, err := a.reg.Sync(ctx, store.SourceBuiltin, a.reg.Builtins(), SystemActor)
+	switch {
+	case errors.Is(err, store.ErrUnavailable):
+		return fmt.Errorf("sync builtin tools: %w", err)
+	case err != nil:
+		// A builtin tool an operator has since registered through the API
+		// under the same name stays theirs: that is not a reason to refuse
+		// to start, but it is worth a line in the log.
+		a.log.Warn("some builtin tools were not synced", "error", err.Error())
+	}
+	a.logSync("builtin", rep)
+	if a.cfg.ToolsFile == "" {
+		return nil
+	}
+	defs, err := registry.LoadFile(a.cfg.ToolsFile)
+	if err != nil {
+		return fmt.Errorf("tools file: %w", err)
+	}
+	rep, err = a.reg.Sync(ctx, store.SourceFile, defs, SystemActor)
+	if err != nil {
+		return fmt.Errorf("tools file %s: %w", a.cfg.ToolsFile, err)
+	}
+	a.logSync("file", rep)
+	return nil
+}
+
+func (a *App) logSync(source string, rep registry.SyncReport) {
+	if len(rep.Created)+len(rep.Updated)+len(rep.Deleted)+len(rep.Unchanged) == 0 {
+		return
+	}
+	a.log.Info("tools synced", "source", source,
+		"created", strings.Join(rep.Created, ","), "updated", strings.Join(rep.Updated, ","),
+		"deleted", strings.Join(rep.Deleted, ","), "unchanged", len(rep.Unchanged))
+}
+
+// Listen opens the configured listen address.
+func (a *App) Listen() (net.Listener, error) {
+	lis, err := net.Listen("tcp", a.cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
+	}
+	return lis, nil
+}
+
+// Serve serves on lis until ctx ends, then drains in-flight calls (bounded
+// by shutdown_timeout) and closes the store. The App cannot be served again.
+func (a *App) Serve(ctx context.Context, lis net.Listener) error {
+	defer a.Close()
+	a.mu.Lock()
+	a.addr = lis.Addr()
+	a.mu.Unlock()
+
+	n := -1
+	if ts, err := a.reg.List(ctx, "", 0); err == nil {
+		n = len(ts)
+	}
+	a.log.Info("toolsvc serving",
+		"listen", lis.Addr().String(), "store", a.cfg.StoreKind(), "tools", n,
+		"demo_tools", a.cfg.DemoToolsEnabled())
+	if !a.cfg.Auth.Enabled {
+		a.log.Warn("authentication is off: any caller may act as any principal (x-toolsvc-principal metadata); listening on loopback only")
+	}
+	err := a.server.Serve(ctx, lis)
+	a.log.Info("toolsvc stopped")
+	return err
+}
+
+// Addr is the address Serve listens on (nil before Serve).
+func (a *App) Addr() net.Addr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.addr
+}
+
+// Store is the App's store.
+func (a *App) Store() store.Store { return a.store }
+
+// Registry is the App's registry.
+func (a *App) Registry() *registry.Registry { return a.reg }
+
+// Server is the App's gRPC server.
+func (a *App) Server() *server.Server { return a.server }
+
+// Config is the App's configuration.
+func (a *App) Config() *config.Config { return a.cfg }
+
+// Close stops background work and closes the store. Serve calls it; call it
+// directly only for an App that is never served. It is idempotent.
+func (a *App) Close() {
+	a.closeOnce.Do(func() {
+		a.stop()
+		if a.store != nil {
+			a.store.Close()
+		}
+	})
+}
+
+// NewLogger returns the server's logger on w, as configured (JSON by default).
+func NewLogger(c config.LogConfig, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.Level)); err != nil {
+		return nil, fmt.Errorf("log.level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(c.Format) {
+	case "json", "":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, errors.New("log.format: must be json or text")
+}
