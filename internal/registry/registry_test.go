@@ -797,3 +797,33 @@ func TestApplyOrdering(t *testing.T) {
 		t.Fatalf("recreated tool not applied: version %d", version())
 	}
 }
+
+func TestLoadKeepsToolsThatNoLongerValidate(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := newMemoryStore(t)
+	// Written by another build: a connector this process does not serve and
+	// a schema this build cannot compile.
+	odd := fileDef("odd", "run")
+	odd.ConnectorID = "elsewhere"
+	odd.Actions[0].InputSchema = []byte(`{"type":"object","properties":{"n":{"type":"integer","minimum":"one"}}}`)
+	if _, err := st.CreateTool(ctx, store.CreateToolParams{Tool: odd, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	r := newTestRegistry(t, st)
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e, ok := r.Lookup("odd")
+	if !ok {
+		t.Fatal("stored tool not loaded")
+	}
+	if e.Impl != nil {
+		t.Fatal("tool of an unknown connector bound")
+	}
+	err := e.ValidateArguments("run", []byte(`{"n":1}`))
+	var ae *ArgumentError
+	if err == nil || errors.As(err, &ae) {
+		t.Fatalf("uncompilable schema must fail the call as an internal error, got %v", err)
+	}
+}
