@@ -58,15 +58,21 @@ func (s *Store) Subscribe(ctx context.Context) (<-chan store.Notification, error
 type listener struct {
 	connConfig *pgx.ConnConfig
 
-	mu       sync.Mutex
-	subs     map[*subscriber]struct{}
-	closed   bool
-	running  bool          // the run goroutine is alive
-	ready    chan struct{} // closed when the first LISTEN of the current run succeeded or failed
-	readyErr error
-	cancel   context.CancelFunc
-	pid      uint32 // backend of the current listening connection (tests kill it)
-	wg       sync.WaitGroup
+	mu      sync.Mutex
+	subs    map[*subscriber]struct{}
+	closed  bool
+	running bool       // the run goroutine is alive
+	ready   *readiness // of the current run
+	cancel  context.CancelFunc
+	pid     uint32 // backend of the current listening connection (tests kill it)
+	wg      sync.WaitGroup
+}
+
+// readiness reports how a run's first connection went: done is closed once
+// it listens (err nil) or has failed (err set, and the run is over).
+type readiness struct {
+	done chan struct{}
+	err  error
 }
 
 func newListener(cfg *pgx.ConnConfig) *listener {
@@ -83,15 +89,15 @@ func (l *listener) subscribe(ctx context.Context) (<-chan store.Notification, er
 		return nil, err
 	}
 	select {
-	case <-ready:
+	case <-ready.done:
 	case <-ctx.Done():
 		return nil, fmt.Errorf("subscribe: %w: %w", store.ErrUnavailable, ctx.Err())
 	}
+	if ready.err != nil {
+		return nil, ready.err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.readyErr != nil {
-		return nil, l.readyErr
-	}
 	if l.closed {
 		return nil, fmt.Errorf("subscribe: %w: the store is closed", store.ErrUnavailable)
 	}
@@ -114,7 +120,7 @@ func (l *listener) subscribe(ctx context.Context) (<-chan store.Notification, er
 
 // start starts the run goroutine unless it is running, and returns the
 // channel that says when it first listens.
-func (l *listener) start() (<-chan struct{}, error) {
+func (l *listener) start() (*readiness, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -123,11 +129,12 @@ func (l *listener) start() (<-chan struct{}, error) {
 	if !l.running {
 		ctx, cancel := context.WithCancel(context.Background())
 		l.running, l.cancel = true, cancel
-		l.ready, l.readyErr = make(chan struct{}), nil
+		ready := &readiness{done: make(chan struct{})}
+		l.ready = ready
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			l.run(ctx, l.ready)
+			l.run(ctx, ready)
 		}()
 	}
 	return l.ready, nil
@@ -136,13 +143,14 @@ func (l *listener) start() (<-chan struct{}, error) {
 // run keeps a listening connection until ctx ends. If the very first
 // connection fails, it reports that on ready and stops (the next Subscribe
 // starts over); later failures are retried with backoff.
-func (l *listener) run(ctx context.Context, ready chan struct{}) {
+func (l *listener) run(ctx context.Context, ready *readiness) {
 	first := true
 	fail := func(err error) {
+		ready.err = err
 		l.mu.Lock()
-		l.readyErr, l.running = err, false
+		l.running = false
 		l.mu.Unlock()
-		close(ready)
+		close(ready.done)
 	}
 	backoff := listenerMinBackoff
 	for {
@@ -163,7 +171,7 @@ func (l *listener) run(ctx context.Context, ready chan struct{}) {
 		backoff = listenerMinBackoff
 		if first {
 			first = false
-			close(ready)
+			close(ready.done)
 		} else {
 			// Whatever was notified while we were not listening is lost.
 			for _, t := range allTopics {

@@ -48,6 +48,9 @@ func (s *Store) UpdateTool(ctx context.Context, p store.UpdateToolParams) (*stor
 	if p.Tool == nil || p.Tool.Name == "" {
 		return nil, fmt.Errorf("%w: update tool: the tool needs a name", store.ErrInvalid)
 	}
+	if p.ExpectedVersion <= 0 {
+		return nil, fmt.Errorf("%w: update tool %q: the expected version is required", store.ErrInvalid, p.Tool.Name)
+	}
 	var out *store.Tool
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		cur, err := scanTool(tx.QueryRow(ctx, `SELECT `+toolColumns+` FROM tools WHERE name = $1 FOR UPDATE`, p.Tool.Name))
