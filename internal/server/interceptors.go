@@ -109,7 +109,7 @@ func logCall(ctx context.Context, log *slog.Logger, method string, ci *callInfo,
 	attrs := []slog.Attr{
 		slog.String("method", method),
 		slog.String("code", st.Code().String()),
-		slog.Duration("duration", time.Since(start)),
+		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 	}
 	if p := ci.getPrincipal(); p != "" {
 		attrs = append(attrs, slog.String("principal", p))
