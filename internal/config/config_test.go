@@ -334,3 +334,22 @@ principals:
 		}
 	}
 }
+
+// The annotated example configuration is valid, and sets what it says.
+func TestExampleConfiguration(t *testing.T) {
+	t.Chdir("../..") // the example names its tools file relative to the repository root
+	cfg, err := config.Load(config.Sources{File: "deploy/toolsvc.example.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Principals) != 3 || len(cfg.Gate.Adjusters) != 2 || cfg.ToolsFile != "deploy/tools.example.yaml" {
+		t.Fatalf("example loaded as %+v", cfg)
+	}
+	ps, err := cfg.DevPrincipals()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps[0].ID != "agent-1" || ps[0].MaxAutonomy != toolkit.AutonomySupervised || ps[0].DefaultAutonomy != toolkit.AutonomyAssisted {
+		t.Fatalf("agent-1: %+v", ps[0])
+	}
+}

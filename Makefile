@@ -1,0 +1,34 @@
+# toolsvc developer targets. `make test` runs exactly the README's test
+# command; `make ci` runs what CI runs.
+
+GO ?= go
+
+.PHONY: all generate build test lint run ci
+
+all: build
+
+## generate: regenerate gen/ from proto/ (buf and the protoc plugins are pinned in go.mod)
+generate:
+	$(GO) tool buf generate
+
+## build: compile every package and the toolsvc binary into bin/
+build:
+	$(GO) build ./...
+	$(GO) build -o bin/toolsvc ./cmd/toolsvc
+
+## test: the README's test command (Postgres tests need a server at 127.0.0.1:5432)
+test:
+	$(GO) test -race -count=1 ./...
+
+## lint: proto lint and go vet
+lint:
+	$(GO) tool buf lint
+	$(GO) vet ./...
+
+## run: the server with the in-memory store and the demo tools on 127.0.0.1:50051
+run:
+	$(GO) run ./cmd/toolsvc serve
+
+## ci: everything CI checks
+ci:
+	./.ci/run
