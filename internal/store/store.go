@@ -205,7 +205,10 @@ type CallStore interface {
 	ExpireApprovals(ctx context.Context, p ExpireParams) ([]*Approval, error)
 	// DeleteExpiredCalls removes up to limit calls whose ExpiresAt is before
 	// now and which are neither IN_PROGRESS nor parked, together with their
-	// approvals and previews. Returns how many calls it removed.
+	// approvals, previews and task history entries (matched by CallID), in
+	// one transaction. Task history therefore lives as long as its call
+	// record: the retention window (24h by default), after which policies no
+	// longer see the call. Returns how many calls it removed.
 	DeleteExpiredCalls(ctx context.Context, now time.Time, limit int) (int, error)
 }
 

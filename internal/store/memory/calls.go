@@ -543,7 +543,8 @@ func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) ([]*s
 }
 
 // DeleteExpiredCalls implements store.CallStore. A call without ExpiresAt
-// never expires. Calls go earliest expiry first.
+// never expires. Calls go earliest expiry first; their task history goes
+// with them.
 func (s *Store) DeleteExpiredCalls(ctx context.Context, now time.Time, limit int) (int, error) {
 	if limit < 0 {
 		return 0, fmt.Errorf("negative limit: %w", store.ErrInvalid)
@@ -582,6 +583,7 @@ func (s *Store) DeleteExpiredCalls(ctx context.Context, now time.Time, limit int
 				delete(st.previews, token)
 			}
 		}
+		st.history = slices.DeleteFunc(st.history, func(h *store.TaskHistoryEntry) bool { return gone[h.CallID] })
 		n = len(due)
 		return nil
 	})

@@ -506,7 +506,9 @@ func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) ([]*s
 
 // DeleteExpiredCalls implements store.CallStore. Approvals and previews are
 // deleted explicitly (not only by ON DELETE CASCADE) so that watchers of a
-// deleted approval are notified.
+// deleted approval are notified. Task history has no foreign key to calls,
+// so it is deleted here by call_id (served by task_history_call_idx,
+// migration 0002).
 func (s *Store) DeleteExpiredCalls(ctx context.Context, now time.Time, limit int) (int, error) {
 	if limit < 0 {
 		return 0, fmt.Errorf("%w: delete expired calls: negative limit", store.ErrInvalid)
@@ -530,6 +532,7 @@ func (s *Store) DeleteExpiredCalls(ctx context.Context, now time.Time, limit int
 		tl.batch.Queue(`WITH deleted AS (DELETE FROM approvals WHERE call_id = ANY($1) RETURNING id)
 			SELECT count(pg_notify($2, $3 || id)) FROM deleted`, ids, notifyChannel, string(store.TopicApprovals)+":")
 		tl.batch.Queue(`DELETE FROM previews WHERE call_id = ANY($1)`, ids)
+		tl.batch.Queue(`DELETE FROM task_history WHERE call_id = ANY($1)`, ids)
 		tl.batch.Queue(`DELETE FROM calls WHERE id = ANY($1)`, ids)
 		return tl.send(ctx, tx)
 	})

@@ -1242,11 +1242,23 @@ func testDeleteExpiredCalls(t *testing.T, s store.Store) {
 	day := 24 * time.Hour
 	now := at(2 * day)
 
-	// Deleted: final or released and past retention, with their approvals
-	// and previews.
+	// finishH finishes an IN_PROGRESS call as SUCCEEDED, recording it in its
+	// task's history.
+	finishH := func(c *store.Call, resource string, expires time.Time) store.TaskHistoryEntry {
+		t.Helper()
+		h := store.TaskHistoryEntry{PrincipalID: c.PrincipalID, TaskID: c.TaskID, CallID: c.ID, Tool: c.Tool, Action: c.Action, Resource: resource, At: at(2 * time.Minute)}
+		_, err := s.FinishCall(ctx, store.FinishCallParams{
+			CallID: c.ID, Attempt: c.AttemptCount, State: store.CallSucceeded, Result: result("done"), Now: at(2 * time.Minute), ExpiresAt: expires, History: &h,
+		})
+		noErr(t, "FinishCall with history", err)
+		return h
+	}
+
+	// Deleted: final or released and past retention, with their approvals,
+	// previews and task history.
 	succeeded := newCall("agent-1", "succeeded", store.CallInProgress)
 	claim(t, s, succeeded)
-	finish(t, s, succeeded.ID, 1, store.CallSucceeded, at(day))
+	goneH1 := finishH(succeeded, "/a", at(day))
 	released := newCall("agent-1", "released", store.CallInProgress)
 	claim(t, s, released)
 	finish(t, s, released.ID, 1, store.CallReleased, at(day))
@@ -1260,7 +1272,8 @@ func testDeleteExpiredCalls(t *testing.T, s store.Store) {
 	claim(t, s, viaPreview)
 	_, err = s.StartParkedCall(ctx, startParams(viaPreview, 0))
 	noErr(t, "StartParkedCall", err)
-	finish(t, s, viaPreview.ID, 1, store.CallSucceeded, at(day))
+	viaPreview.AttemptCount = 1
+	goneH2 := finishH(viaPreview, "/b", at(day))
 	denied := newCall("agent-1", "denied", store.CallAwaitingApproval)
 	claim(t, s, denied)
 	_, err = s.ResolveApproval(ctx, store.ResolveApprovalParams{ID: denied.ApprovalID, State: store.ApprovalDenied, Resolver: "approver-1", Now: at(time.Minute), CallResult: &store.Result{Message: "no"}, CallExpiresAt: at(day)})
@@ -1274,7 +1287,10 @@ func testDeleteExpiredCalls(t *testing.T, s store.Store) {
 	finish(t, s, later.ID, 1, store.CallFailed, at(3*day))
 	exactly := newCall("agent-1", "exactly", store.CallInProgress)
 	claim(t, s, exactly)
-	finish(t, s, exactly.ID, 1, store.CallSucceeded, now)
+	keptH1 := finishH(exactly, "/a", now)
+	laterOK := newCall("agent-1", "later-ok", store.CallInProgress)
+	claim(t, s, laterOK)
+	keptH2 := finishH(laterOK, "/c", at(3*day))
 	running := newCall("agent-1", "running", store.CallInProgress)
 	running.ExpiresAt = at(time.Hour)
 	claim(t, s, running)
@@ -1284,11 +1300,13 @@ func testDeleteExpiredCalls(t *testing.T, s store.Store) {
 	parkedP := newCall("agent-1", "parked-preview", store.CallAwaitingPreview)
 	parkedP.ExpiresAt = at(time.Hour)
 	claim(t, s, parkedP)
-	for _, c := range []*store.Call{later, exactly, running, parkedA, parkedP} {
+	for _, c := range []*store.Call{later, exactly, laterOK, running, parkedA, parkedP} {
 		kept[c.ID] = getCall(t, s, c.ID)
 	}
 	keptA := getApproval(t, s, parkedA.ApprovalID)
 	keptP := getPreview(t, s, parkedP.PreviewToken)
+	task1 := store.TaskHistoryFilter{PrincipalID: "agent-1", TaskID: "task-1"}
+	wantHistory(t, s, task1, goneH1, goneH2, keptH1, keptH2)
 
 	n, err := s.DeleteExpiredCalls(ctx, now, 100)
 	noErr(t, "DeleteExpiredCalls", err)
@@ -1314,6 +1332,9 @@ func testDeleteExpiredCalls(t *testing.T, s store.Store) {
 	}
 	wantApproval(t, "approval of a parked call", getApproval(t, s, keptA.ID), keptA)
 	wantPreview(t, "preview of a parked call", getPreview(t, s, keptP.Token), keptP)
+	// The history of the deleted calls went with them; that of the kept
+	// calls (in the same task, on the same resource) stays, in order.
+	wantHistory(t, s, task1, keptH1, keptH2)
 
 	n, err = s.DeleteExpiredCalls(ctx, now, 100)
 	noErr(t, "DeleteExpiredCalls", err)

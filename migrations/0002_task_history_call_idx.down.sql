@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS task_history_call_idx;

@@ -1,0 +1,12 @@
+-- DeleteExpiredCalls removes the task history of the calls it deletes
+-- (history lives as long as its call record). Without this index every
+-- retention pass would scan the whole task_history table.
+--
+-- Migrations run in a transaction, so this cannot be CREATE INDEX
+-- CONCURRENTLY: on a large existing task_history it blocks inserts into the
+-- table (FinishCall of successful calls in a task) while it builds. Operators
+-- with a large table can build it beforehand, outside a transaction, with
+--   CREATE INDEX CONCURRENTLY task_history_call_idx ON task_history (call_id);
+-- and this migration then does nothing (if such a build failed, drop the
+-- INVALID index it left first, or this would keep it).
+CREATE INDEX IF NOT EXISTS task_history_call_idx ON task_history (call_id);
