@@ -30,7 +30,7 @@ type Reaper struct {
 
 // ReapStats counts what one round did.
 type ReapStats struct {
-	Unknown, ApprovalsExpired, Deleted int
+	Unknown, ApprovalsExpired, PreviewsExpired, Deleted int
 }
 
 // NewReaper returns a reaper. now defaults to time.Now and logger to a
@@ -81,11 +81,16 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapStats, error) {
 		EventsFor: func(a *store.Approval) []store.AuditEvent {
 			return []store.AuditEvent{ApprovalExpiredEvent(a, now)}
 		},
+		PreviewEventsFor: func(p *store.Preview) []store.AuditEvent {
+			return []store.AuditEvent{PreviewExpiredEvent(p, now)}
+		},
 	})
 	if err != nil {
-		errs = append(errs, fmt.Errorf("expire approvals: %w", err))
+		errs = append(errs, fmt.Errorf("expire approvals and previews: %w", err))
+	} else {
+		stats.ApprovalsExpired = len(expired.Approvals)
+		stats.PreviewsExpired = len(expired.Previews)
 	}
-	stats.ApprovalsExpired = len(expired)
 
 	deleted, err := r.st.DeleteExpiredCalls(ctx, now, r.cfg.ReaperBatch)
 	if err != nil {
@@ -126,7 +131,7 @@ func (r *Reaper) Run(ctx context.Context) {
 
 func (r *Reaper) full(s ReapStats) bool {
 	b := r.cfg.ReaperBatch
-	return b > 0 && (s.Unknown >= b || s.ApprovalsExpired >= b || s.Deleted >= b)
+	return b > 0 && (s.Unknown >= b || s.ApprovalsExpired >= b || s.PreviewsExpired >= b || s.Deleted >= b)
 }
 
 // UnknownEvent is the tool_call.unknown event of a call whose lease expired.
@@ -166,6 +171,23 @@ func ApprovalExpiredEvent(a *store.Approval, now time.Time) store.AuditEvent {
 			// PENDING: nobody resolved it; APPROVED: approved but never used.
 			"was":        string(stateBeforeExpiry(a)),
 			"expires_at": a.ExpiresAt.UTC().Format(time.RFC3339Nano),
+		},
+	})
+}
+
+// PreviewExpiredEvent is the preview.expired event of a preview whose token
+// nobody presented in time. The token itself stays out of the trail: until
+// it expired it was a credential that executes the call.
+func PreviewExpiredEvent(p *store.Preview, now time.Time) store.AuditEvent {
+	return audit.New(audit.PreviewExpired, store.AuditEvent{
+		Time:      now,
+		CallID:    p.CallID,
+		Principal: p.PrincipalID,
+		Tool:      p.Tool,
+		Action:    p.Action,
+		Decision:  store.DecisionPreview,
+		Detail: map[string]any{
+			"expire_time": p.ExpiresAt.UTC().Format(time.RFC3339Nano),
 		},
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -151,14 +152,31 @@ func TestReaperExpiresApprovalsAndPreviews(t *testing.T) {
 	// After 30 minutes only the preview has expired.
 	clk.Advance(30 * time.Minute)
 	stats, err := r.RunOnce(context.Background())
-	if err != nil || stats != (ReapStats{}) {
-		t.Fatalf("at +30m: %+v, %v; want no approvals expired", stats, err)
+	if err != nil || stats != (ReapStats{PreviewsExpired: 1}) {
+		t.Fatalf("at +30m: %+v, %v; want only the preview expired", stats, err)
 	}
-	if c := getCall(t, st, "preview"); c.State != store.CallReleased {
-		t.Errorf("preview call %s, want RELEASED", c.State)
+	if c := getCall(t, st, "preview"); c.State != store.CallReleased || !c.ExpiresAt.Equal(clk.Now().Add(24*time.Hour)) {
+		t.Errorf("preview call %s expiring %s, want RELEASED with retention", c.State, c.ExpiresAt)
 	}
 	if p, err := st.GetPreview(context.Background(), "tok-preview"); err != nil || p.State != store.PreviewExpired {
 		t.Errorf("preview %+v, %v; want EXPIRED", p, err)
+	}
+	pevs := events(t, st, audit.PreviewExpired)
+	if len(pevs) != 1 {
+		t.Fatalf("%d preview.expired events, want 1", len(pevs))
+	}
+	pe := *pevs[0]
+	wantPE := store.AuditEvent{
+		ID: pe.ID, Seq: pe.Seq, Time: clk.Now(), Type: audit.PreviewExpired,
+		CallID: "preview", Principal: "agent-1", Tool: "payments", Action: "refund",
+		Decision: store.DecisionPreview,
+		Detail:   map[string]any{"expire_time": t0.Add(10 * time.Minute).Format(time.RFC3339Nano)},
+	}
+	if pe.ID == "" || !reflect.DeepEqual(pe, wantPE) {
+		t.Errorf("preview.expired event\n got %+v\nwant %+v", pe, wantPE)
+	}
+	if n := len(events(t, st, audit.ApprovalExpired)); n != 0 {
+		t.Errorf("%d approval.expired events at +30m, want none", n)
 	}
 	for _, id := range []string{"pending", "approved", "later"} {
 		if c := getCall(t, st, id); c.State != store.CallAwaitingApproval {
@@ -203,6 +221,45 @@ func TestReaperExpiresApprovalsAndPreviews(t *testing.T) {
 	}
 	if was["pending"] != "PENDING" || was["approved"] != "APPROVED" {
 		t.Errorf("detail.was = %v", was)
+	}
+	if n := len(events(t, st, audit.PreviewExpired)); n != 1 {
+		t.Errorf("%d preview.expired events after the second round, want still 1", n)
+	}
+}
+
+// TestReaperDrainsPreviewBacklog: a round that filled its batch with
+// previews is followed by another at once, as for the other steps.
+func TestReaperDrainsPreviewBacklog(t *testing.T) {
+	st := newStore(t)
+	clk := newClock()
+	t0 := clk.Now()
+	for i := range 5 {
+		parkForPreview(t, st, fmt.Sprintf("p%d", i), t0, t0.Add(time.Minute))
+	}
+	cfg := reaperConfig()
+	cfg.ReaperBatch = 2
+	cfg.ReaperInterval = time.Hour // only a full batch may trigger the next round
+	clk.Advance(time.Hour)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); NewReaper(st, cfg, clk.Now, nil).Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "the preview backlog to drain", 5*time.Second, func() bool {
+		return len(events(t, st, audit.PreviewExpired)) == 5
+	})
+	for i := range 5 {
+		id := fmt.Sprintf("p%d", i)
+		if c := getCall(t, st, id); c.State != store.CallReleased {
+			t.Errorf("%s: %s, want RELEASED", id, c.State)
+		}
+	}
+	perCall := map[string]int{}
+	for _, e := range events(t, st, audit.PreviewExpired) {
+		perCall[e.CallID]++
+	}
+	if len(perCall) != 5 {
+		t.Errorf("preview.expired events per call: %v, want one for each of 5", perCall)
 	}
 }
 

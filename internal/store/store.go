@@ -196,13 +196,20 @@ type CallStore interface {
 	// appending p.EventsFor(call) for each, and returns them. Safe to run on
 	// every replica at once: each call is reaped once.
 	ReapExpiredLeases(ctx context.Context, p ReapParams) ([]*Call, error)
-	// ExpireApprovals marks PENDING and APPROVED approvals whose ExpiresAt is
-	// before p.Now as EXPIRED and releases their AWAITING_APPROVAL calls
-	// (RELEASED), appending p.EventsFor(approval) for each; at most p.Limit.
-	// Pending previews past expiry are marked EXPIRED and their
-	// AWAITING_PREVIEW calls released too (no events). Returns the expired
-	// approvals.
-	ExpireApprovals(ctx context.Context, p ExpireParams) ([]*Approval, error)
+	// ExpireApprovals expires, in one transaction, what parked calls wait for
+	// once its ExpiresAt is before p.Now:
+	//   - PENDING and APPROVED approvals become EXPIRED, their
+	//     AWAITING_APPROVAL calls RELEASED, and p.EventsFor(approval) is
+	//     appended for each;
+	//   - PENDING previews become EXPIRED, their AWAITING_PREVIEW calls
+	//     RELEASED, and p.PreviewEventsFor(preview) is appended for each.
+	// Released calls get UpdatedAt = p.Now and ExpiresAt = p.ExpiresAt. At
+	// most p.Limit approvals and at most p.Limit previews are expired. The
+	// event functions get the record as it is stored (State EXPIRED; an
+	// approval that had been approved still has its ResolvedAt). It returns
+	// the expired approvals and previews, earliest expiry first. Safe to run
+	// on every replica at once: each record is expired once.
+	ExpireApprovals(ctx context.Context, p ExpireParams) (*ExpireResult, error)
 	// DeleteExpiredCalls removes up to limit calls whose ExpiresAt is before
 	// now and which are neither IN_PROGRESS nor parked, together with their
 	// approvals, previews and task history entries (matched by CallID), in
@@ -287,8 +294,18 @@ type ReapParams struct {
 type ExpireParams struct {
 	Now       time.Time
 	ExpiresAt time.Time // retention of the released calls
-	Limit     int
+	Limit     int       // for approvals and previews each
+	// EventsFor returns the events of an expired approval; nil: no events.
 	EventsFor func(*Approval) []AuditEvent
+	// PreviewEventsFor returns the events of an expired preview; nil: no
+	// events.
+	PreviewEventsFor func(*Preview) []AuditEvent
+}
+
+// ExpireResult is what ExpireApprovals expired, each earliest expiry first.
+type ExpireResult struct {
+	Approvals []*Approval
+	Previews  []*Preview
 }
 
 // ApprovalStore holds approvals. Every change notifies TopicApprovals with the

@@ -460,13 +460,13 @@ func (s *Store) ReapExpiredLeases(ctx context.Context, p store.ReapParams) ([]*s
 
 // ExpireApprovals implements store.CallStore. Approvals and previews expire
 // earliest expiry first; p.Limit bounds each of them.
-func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) ([]*store.Approval, error) {
+func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) (*store.ExpireResult, error) {
 	if p.Limit < 0 {
 		return nil, fmt.Errorf("negative limit: %w", store.ErrInvalid)
 	}
 	now := normTime(p.Now)
 	retain := normTime(p.ExpiresAt)
-	var out []*store.Approval
+	var out store.ExpireResult
 	err := s.write(ctx, func(tx *tx) error {
 		st := tx.st
 		var approvals []*store.Approval
@@ -494,11 +494,17 @@ func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) ([]*s
 			previews = previews[:p.Limit]
 		}
 
-		type expiry struct {
+		// Decide everything (and check the events) before changing anything.
+		type approvalExpiry struct {
 			approval *store.Approval
 			events   []*store.AuditEvent
 		}
-		expiries := make([]expiry, 0, len(approvals))
+		type previewExpiry struct {
+			preview *store.Preview
+			events  []*store.AuditEvent
+		}
+		approvalExpiries := make([]approvalExpiry, 0, len(approvals))
+		previewExpiries := make([]previewExpiry, 0, len(previews))
 		var all []*store.AuditEvent
 		for _, a := range approvals {
 			after := cloneApproval(a)
@@ -510,7 +516,20 @@ func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) ([]*s
 					return err
 				}
 			}
-			expiries = append(expiries, expiry{after, events})
+			approvalExpiries = append(approvalExpiries, approvalExpiry{after, events})
+			all = append(all, events...)
+		}
+		for _, pv := range previews {
+			after := clonePreview(pv)
+			after.State = store.PreviewExpired
+			var events []*store.AuditEvent
+			if p.PreviewEventsFor != nil {
+				var err error
+				if events, err = importEvents(p.PreviewEventsFor(clonePreview(after))); err != nil {
+					return err
+				}
+			}
+			previewExpiries = append(previewExpiries, previewExpiry{after, events})
 			all = append(all, events...)
 		}
 		if err := st.checkEvents(all); err != nil {
@@ -526,20 +545,25 @@ func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) ([]*s
 			c.UpdatedAt = now
 			c.ExpiresAt = retain
 		}
-		for _, e := range expiries {
+		for _, e := range approvalExpiries {
 			st.approvals[e.approval.ID] = e.approval
 			release(e.approval.CallID, store.CallAwaitingApproval, func(c *store.Call) bool { return c.ApprovalID == e.approval.ID })
 			st.appendEvents(e.events)
 			tx.notify(store.TopicApprovals, e.approval.ID)
-			out = append(out, cloneApproval(e.approval))
+			out.Approvals = append(out.Approvals, cloneApproval(e.approval))
 		}
-		for _, pv := range previews {
-			pv.State = store.PreviewExpired
-			release(pv.CallID, store.CallAwaitingPreview, func(c *store.Call) bool { return c.PreviewToken == pv.Token })
+		for _, e := range previewExpiries {
+			st.previews[e.preview.Token] = e.preview
+			release(e.preview.CallID, store.CallAwaitingPreview, func(c *store.Call) bool { return c.PreviewToken == e.preview.Token })
+			st.appendEvents(e.events)
+			out.Previews = append(out.Previews, clonePreview(e.preview))
 		}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // DeleteExpiredCalls implements store.CallStore. A call without ExpiresAt

@@ -437,14 +437,15 @@ func (s *Store) ReapExpiredLeases(ctx context.Context, p store.ReapParams) ([]*s
 }
 
 // ExpireApprovals implements store.CallStore. Approvals and previews are
-// taken with SKIP LOCKED (replicas share the sweep; an approval being
-// consumed or resolved right now is left to that transaction), and locked
-// before their calls, like everywhere else.
-func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) ([]*store.Approval, error) {
+// taken with SKIP LOCKED (replicas share the sweep; an approval or preview
+// being consumed or resolved right now is left to that transaction), and
+// locked before their calls, like everywhere else. The event functions may
+// be called again if the transaction is retried.
+func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) (*store.ExpireResult, error) {
 	if p.Limit < 0 {
 		return nil, fmt.Errorf("%w: expire approvals: negative limit", store.ErrInvalid)
 	}
-	var out []*store.Approval
+	var out *store.ExpireResult
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `WITH due AS (
 				SELECT id FROM approvals WHERE state IN ('PENDING', 'APPROVED') AND expires_at < $1
@@ -456,27 +457,57 @@ func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) ([]*s
 		if err != nil {
 			return fmt.Errorf("expire approvals: %w", interpretError(err))
 		}
-		out, err = collectApprovals(rows)
+		approvals, err := collectApprovals(rows)
 		if err != nil {
 			return fmt.Errorf("expire approvals: %w", err)
 		}
-		sort.Slice(out, func(i, j int) bool {
-			if !out[i].ExpiresAt.Equal(out[j].ExpiresAt) {
-				return out[i].ExpiresAt.Before(out[j].ExpiresAt)
+		sort.Slice(approvals, func(i, j int) bool {
+			if !approvals[i].ExpiresAt.Equal(approvals[j].ExpiresAt) {
+				return approvals[i].ExpiresAt.Before(approvals[j].ExpiresAt)
 			}
-			return out[i].ID < out[j].ID
+			return approvals[i].ID < approvals[j].ID
+		})
+
+		// Previews: the same sweep, releasing their calls in the same
+		// statement; the expired previews come back for their events.
+		rows, err = tx.Query(ctx, `WITH due AS (
+				SELECT token FROM previews WHERE state = 'PENDING' AND expires_at < $1
+				ORDER BY expires_at, token LIMIT $2 FOR UPDATE SKIP LOCKED
+			), expired AS (
+				UPDATE previews pv SET state = 'EXPIRED' FROM due WHERE pv.token = due.token
+				RETURNING `+qualified("pv", previewColumns)+`
+			), released AS (
+				UPDATE calls c SET state = 'RELEASED', updated_at = $1, expires_at = $3
+				FROM expired WHERE c.id = expired.call_id AND c.state = 'AWAITING_PREVIEW'
+					AND c.preview_token = expired.token
+				RETURNING c.id
+			)
+			SELECT `+previewColumns+` FROM expired`,
+			p.Now, limitArg(p.Limit), tsArg(p.ExpiresAt))
+		if err != nil {
+			return fmt.Errorf("expire previews: %w", interpretError(err))
+		}
+		previews, err := collectPreviews(rows)
+		if err != nil {
+			return fmt.Errorf("expire previews: %w", err)
+		}
+		sort.Slice(previews, func(i, j int) bool {
+			if !previews[i].ExpiresAt.Equal(previews[j].ExpiresAt) {
+				return previews[i].ExpiresAt.Before(previews[j].ExpiresAt)
+			}
+			return previews[i].Token < previews[j].Token
 		})
 
 		var tl tail
-		if len(out) > 0 {
-			ids, callIDs := make([]string, len(out)), make([]string, len(out))
-			for i, a := range out {
+		if len(approvals) > 0 {
+			ids, callIDs := make([]string, len(approvals)), make([]string, len(approvals))
+			for i, a := range approvals {
 				ids[i], callIDs[i] = a.ID, a.CallID
 			}
 			tl.batch.Queue(`UPDATE calls SET state = 'RELEASED', updated_at = $3, expires_at = $4
 				WHERE id = ANY($1) AND state = 'AWAITING_APPROVAL' AND approval_id = ANY($2)`,
 				callIDs, ids, p.Now, tsArg(p.ExpiresAt))
-			for _, a := range out {
+			for _, a := range approvals {
 				tl.notify(store.TopicApprovals, a.ID)
 				if p.EventsFor != nil {
 					cp := *a
@@ -484,19 +515,17 @@ func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) ([]*s
 				}
 			}
 		}
-		// Previews: the same sweep, without events (the contract has none).
-		tl.batch.Queue(`WITH due AS (
-				SELECT token FROM previews WHERE state = 'PENDING' AND expires_at < $1
-				ORDER BY expires_at, token LIMIT $2 FOR UPDATE SKIP LOCKED
-			), expired AS (
-				UPDATE previews pv SET state = 'EXPIRED' FROM due WHERE pv.token = due.token
-				RETURNING pv.token, pv.call_id
-			)
-			UPDATE calls c SET state = 'RELEASED', updated_at = $1, expires_at = $3
-			FROM expired WHERE c.id = expired.call_id AND c.state = 'AWAITING_PREVIEW'
-				AND c.preview_token = expired.token`,
-			p.Now, limitArg(p.Limit), tsArg(p.ExpiresAt))
-		return tl.send(ctx, tx)
+		if p.PreviewEventsFor != nil {
+			for _, pv := range previews {
+				cp := *pv
+				tl.events(p.PreviewEventsFor(&cp))
+			}
+		}
+		if err := tl.send(ctx, tx); err != nil {
+			return err
+		}
+		out = &store.ExpireResult{Approvals: approvals, Previews: previews}
+		return nil
 	})
 	if err != nil {
 		return nil, err

@@ -290,6 +290,22 @@ func scanPreview(row pgx.Row) (*store.Preview, error) {
 	return p, nil
 }
 
+func collectPreviews(rows pgx.Rows) ([]*store.Preview, error) {
+	defer rows.Close()
+	var out []*store.Preview
+	for rows.Next() {
+		p, err := scanPreview(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpretError(err)
+	}
+	return out, nil
+}
+
 func previewArgs(p *store.Preview) []any {
 	return []any{p.Token, p.CallID, p.PrincipalID, p.IdempotencyKey, p.Fingerprint, p.Tool, p.Action,
 		p.ToolVersion, p.Message, rawArg(p.Value), string(p.State), tsArg(p.CreatedAt), tsArg(p.ExpiresAt)}

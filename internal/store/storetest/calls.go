@@ -36,6 +36,7 @@ func callTests() []test {
 		{"Reap", testReap},
 		{"ReapConcurrent", testReapConcurrent},
 		{"ExpireApprovals", testExpireApprovals},
+		{"ExpireApprovalsRefused", testExpireApprovalsRefused},
 		{"ExpireApprovalsLimit", testExpireApprovalsLimit},
 		{"DeleteExpired", testDeleteExpiredCalls},
 		{"RecordsAreCopies", testCallCopies},
@@ -562,6 +563,14 @@ func normApprovals(t *testing.T, as []*store.Approval) []*store.Approval {
 	out := make([]*store.Approval, len(as))
 	for i, a := range as {
 		out[i] = normApproval(t, a)
+	}
+	return out
+}
+
+func normPreviews(t *testing.T, ps []*store.Preview) []*store.Preview {
+	out := make([]*store.Preview, len(ps))
+	for i, p := range ps {
+		out[i] = normPreview(t, p)
 	}
 	return out
 }
@@ -1132,9 +1141,11 @@ func testExpireApprovals(t *testing.T, s store.Store) {
 		claimWith(t, s, store.ClaimCallParams{Call: c, Preview: p})
 		return c, p
 	}
-	pendingC, pendingA := parkApproval("pending", time.Hour)
+	// Parked in the reverse of their expiry order, so that the result's
+	// order is the store's doing.
 	approvedC, approvedA := parkApproval("approved", 90*time.Minute)
 	approvedA = approve(t, s, approvedA.ID)
+	pendingC, pendingA := parkApproval("pending", time.Hour)
 	laterC, _ := parkApproval("later", 3*time.Hour)
 	atNowC, _ := parkApproval("at-now", 2*time.Hour)
 	deniedC, deniedA := parkApproval("denied", time.Hour)
@@ -1144,56 +1155,75 @@ func testExpireApprovals(t *testing.T, s store.Store) {
 	approve(t, s, consumedA.ID)
 	_, err = s.StartParkedCall(ctx, startParams(consumedC, 0))
 	noErr(t, "StartParkedCall", err)
+	oldPC2, oldP2 := parkPreview("old-preview-2", 20*time.Minute)
 	oldPC, oldP := parkPreview("old-preview", 10*time.Minute)
 	newPC, _ := parkPreview("new-preview", 3*time.Hour)
+	atNowPC, _ := parkPreview("at-now-preview", 2*time.Hour)
 	usedPC, _ := parkPreview("used-preview", 10*time.Minute)
 	_, err = s.StartParkedCall(ctx, startParams(usedPC, 0))
 	noErr(t, "StartParkedCall", err)
 
 	untouched := map[string]*store.Call{}
-	for _, c := range []*store.Call{laterC, atNowC, deniedC, consumedC, newPC, usedPC} {
+	for _, c := range []*store.Call{laterC, atNowC, deniedC, consumedC, newPC, atNowPC, usedPC} {
 		untouched[c.ID] = getCall(t, s, c.ID)
 	}
 	untouchedA, err := s.ListApprovals(ctx, store.ListApprovalsParams{})
 	noErr(t, "ListApprovals", err)
 	untouchedA = slices.DeleteFunc(untouchedA, func(a *store.Approval) bool { return a.ID == pendingA.ID || a.ID == approvedA.ID })
+	untouchedP := map[string]*store.Preview{}
+	for _, c := range []*store.Call{newPC, atNowPC, usedPC} {
+		untouchedP[c.PreviewToken] = getPreview(t, s, c.PreviewToken)
+	}
 
-	events := map[string]store.AuditEvent{}
 	var mu sync.Mutex
+	events := map[string]store.AuditEvent{}     // by approval id or preview token
+	previewsSeen := map[string]*store.Preview{} // what PreviewEventsFor was given
 	params := store.ExpireParams{
 		Now: at(2 * time.Hour), ExpiresAt: at(26 * time.Hour), Limit: 100,
 		EventsFor: func(a *store.Approval) []store.AuditEvent {
 			mu.Lock()
 			defer mu.Unlock()
 			ev := audit.New(audit.ApprovalExpired, store.AuditEvent{Time: at(2 * time.Hour), CallID: a.CallID, Tool: a.Tool, Principal: a.Requester})
-			events[a.ID] = ev
+			events[a.ID] = ev // a backend may call this more than once (retries)
+			return []store.AuditEvent{ev}
+		},
+		PreviewEventsFor: func(p *store.Preview) []store.AuditEvent {
+			mu.Lock()
+			defer mu.Unlock()
+			ev := audit.New(audit.PreviewExpired, store.AuditEvent{
+				Time: at(2 * time.Hour), CallID: p.CallID, Principal: p.PrincipalID, Tool: p.Tool, Action: p.Action,
+				Decision: store.DecisionPreview, Detail: map[string]any{"expire_time": p.ExpiresAt.Format(time.RFC3339Nano)},
+			})
+			events[p.Token] = ev
+			cp := *p
+			previewsSeen[p.Token] = &cp
+			p.Message = "changed by the callback" // the store's record must not change
 			return []store.AuditEvent{ev}
 		},
 	}
 	got, err := s.ExpireApprovals(ctx, params)
 	noErr(t, "ExpireApprovals", err)
-	slices.SortFunc(got, func(a, b *store.Approval) int { return cmpString(a.ID, b.ID) })
 	wantP, wantAp := *pendingA, *approvedA
 	wantP.State, wantAp.State = store.ApprovalExpired, store.ApprovalExpired
-	want := []*store.Approval{&wantP, &wantAp}
-	slices.SortFunc(want, func(a, b *store.Approval) int { return cmpString(a.ID, b.ID) })
-	same(t, "expired approvals", normApprovals(t, got), normApprovals(t, want))
+	want := []*store.Approval{&wantP, &wantAp} // earliest expiry first
+	same(t, "expired approvals", normApprovals(t, got.Approvals), normApprovals(t, want))
 	for _, w := range want {
 		wantApproval(t, "stored expired approval", getApproval(t, s, w.ID), w)
 		wantCallEvents(t, s, w.CallID, events[w.ID])
 	}
-	for _, c := range []*store.Call{pendingC, approvedC, oldPC} {
+	wantPv, wantPv2 := *oldP, *oldP2
+	wantPv.State, wantPv2.State = store.PreviewExpired, store.PreviewExpired
+	wantPvs := []*store.Preview{&wantPv, &wantPv2} // earliest expiry first
+	same(t, "expired previews", normPreviews(t, got.Previews), normPreviews(t, wantPvs))
+	same(t, "previews given to PreviewEventsFor", normPreviews(t, []*store.Preview{previewsSeen[oldP.Token], previewsSeen[oldP2.Token]}), normPreviews(t, wantPvs))
+	for _, w := range wantPvs {
+		wantPreview(t, "stored expired preview", getPreview(t, s, w.Token), w)
+		wantCallEvents(t, s, w.CallID, events[w.Token])
+	}
+	for _, c := range []*store.Call{pendingC, approvedC, oldPC, oldPC2} {
 		w := *c
 		w.State, w.UpdatedAt, w.ExpiresAt = store.CallReleased, at(2*time.Hour), at(26*time.Hour)
 		wantCall(t, "released call", getCall(t, s, c.ID), &w)
-	}
-	oldP.State = store.PreviewExpired
-	wantPreview(t, "expired preview", getPreview(t, s, oldP.Token), oldP)
-	if p := getPreview(t, s, newPC.PreviewToken); p.State != store.PreviewPending {
-		t.Fatalf("unexpired preview became %s", p.State)
-	}
-	if p := getPreview(t, s, usedPC.PreviewToken); p.State != store.PreviewConsumed {
-		t.Fatalf("consumed preview became %s", p.State)
 	}
 	for id, c := range untouched {
 		wantCall(t, "call expiry must not touch", getCall(t, s, id), c)
@@ -1201,39 +1231,103 @@ func testExpireApprovals(t *testing.T, s store.Store) {
 	for _, a := range untouchedA {
 		wantApproval(t, "approval expiry must not touch", getApproval(t, s, a.ID), a)
 	}
+	for token, p := range untouchedP {
+		wantPreview(t, "preview expiry must not touch", getPreview(t, s, token), p)
+	}
 
 	got, err = s.ExpireApprovals(ctx, params)
 	noErr(t, "ExpireApprovals", err)
-	if len(got) != 0 {
+	if len(got.Approvals) != 0 || len(got.Previews) != 0 {
 		t.Fatalf("second expiry pass expired %s", show(got))
 	}
-	all, err := s.ListAuditEvents(ctx, store.AuditFilter{Types: []string{audit.ApprovalExpired}})
-	noErr(t, "ListAuditEvents", err)
-	if len(all) != 2 {
-		t.Fatalf("%d approval.expired events after two passes, want 2", len(all))
+	for typ, n := range map[string]int{audit.ApprovalExpired: 2, audit.PreviewExpired: 2} {
+		all, err := s.ListAuditEvents(ctx, store.AuditFilter{Types: []string{typ}})
+		noErr(t, "ListAuditEvents", err)
+		if len(all) != n {
+			t.Fatalf("%d %s events after two passes, want %d", len(all), typ, n)
+		}
 	}
+}
+
+// testExpireApprovalsRefused: if one event of the sweep cannot be stored,
+// nothing is expired, released or appended.
+func testExpireApprovalsRefused(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	existing := newEvent(audit.ToolCallAttempted, newID())
+	noErr(t, "AppendAuditEvents", s.AppendAuditEvents(ctx, []store.AuditEvent{existing}))
+	ca := newCall("agent-1", "approval", store.CallAwaitingApproval)
+	claim(t, s, ca)
+	cp := newCall("agent-1", "preview", store.CallAwaitingPreview)
+	claim(t, s, cp)
+	beforeCA, beforeCP := getCall(t, s, ca.ID), getCall(t, s, cp.ID)
+	beforeA, beforeP := getApproval(t, s, ca.ApprovalID), getPreview(t, s, cp.PreviewToken)
+
+	for _, tc := range []struct {
+		name string
+		bad  func(ev store.AuditEvent) store.AuditEvent
+		want error
+	}{
+		{"NoID", func(ev store.AuditEvent) store.AuditEvent { ev.ID = ""; return ev }, store.ErrInvalid},
+		{"ExistingID", func(ev store.AuditEvent) store.AuditEvent { ev.ID = existing.ID; return ev }, store.ErrConflict},
+	} {
+		var stored []store.AuditEvent
+		var mu sync.Mutex
+		_, err := s.ExpireApprovals(ctx, store.ExpireParams{
+			Now: at(2 * time.Hour), ExpiresAt: at(26 * time.Hour),
+			EventsFor: func(a *store.Approval) []store.AuditEvent {
+				mu.Lock()
+				defer mu.Unlock()
+				ev := newEvent(audit.ApprovalExpired, a.CallID)
+				stored = append(stored, ev)
+				return []store.AuditEvent{ev}
+			},
+			PreviewEventsFor: func(p *store.Preview) []store.AuditEvent {
+				mu.Lock()
+				defer mu.Unlock()
+				ok := newEvent(audit.PreviewExpired, p.CallID)
+				stored = append(stored, ok)
+				return []store.AuditEvent{ok, tc.bad(newEvent(audit.PreviewExpired, p.CallID))}
+			},
+		})
+		wantErr(t, tc.name+": ExpireApprovals with a bad preview event", err, tc.want)
+		wantCall(t, tc.name+": approval's call after a refused expiry", getCall(t, s, ca.ID), beforeCA)
+		wantCall(t, tc.name+": preview's call after a refused expiry", getCall(t, s, cp.ID), beforeCP)
+		wantApproval(t, tc.name+": approval after a refused expiry", getApproval(t, s, ca.ApprovalID), beforeA)
+		wantPreview(t, tc.name+": preview after a refused expiry", getPreview(t, s, cp.PreviewToken), beforeP)
+		wantNoEvents(t, s, stored...)
+	}
+	wantEvents(t, s, store.AuditFilter{}, existing)
 }
 
 func testExpireApprovalsLimit(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	for i := range 3 {
 		claim(t, s, newCall("agent-1", "k"+itoa(i), store.CallAwaitingApproval))
+		claim(t, s, newCall("agent-1", "p"+itoa(i), store.CallAwaitingPreview))
 	}
 	p := store.ExpireParams{Now: at(2 * time.Hour), ExpiresAt: at(26 * time.Hour), Limit: 2}
 	got, err := s.ExpireApprovals(ctx, p)
 	noErr(t, "ExpireApprovals", err)
-	if len(got) != 2 {
-		t.Fatalf("expired %d approvals with limit 2", len(got))
+	if len(got.Approvals) != 2 || len(got.Previews) != 2 {
+		t.Fatalf("expired %d approvals and %d previews with limit 2", len(got.Approvals), len(got.Previews))
 	}
 	got2, err := s.ExpireApprovals(ctx, p)
 	noErr(t, "ExpireApprovals", err)
-	if len(got2) != 1 || got2[0].ID == got[0].ID || got2[0].ID == got[1].ID {
-		t.Fatalf("second pass expired %s", show(got2))
+	if len(got2.Approvals) != 1 || slices.ContainsFunc(got.Approvals, func(a *store.Approval) bool { return a.ID == got2.Approvals[0].ID }) {
+		t.Fatalf("second pass expired approvals %s", show(got2.Approvals))
+	}
+	if len(got2.Previews) != 1 || slices.ContainsFunc(got.Previews, func(p *store.Preview) bool { return p.Token == got2.Previews[0].Token }) {
+		t.Fatalf("second pass expired previews %s", show(got2.Previews))
 	}
 	expired, err := s.ListApprovals(ctx, store.ListApprovalsParams{State: store.ApprovalExpired})
 	noErr(t, "ListApprovals", err)
 	if len(expired) != 3 {
 		t.Fatalf("%d expired approvals, want 3", len(expired))
+	}
+	for _, pv := range slices.Concat(got.Previews, got2.Previews) {
+		if stored := getPreview(t, s, pv.Token); stored.State != store.PreviewExpired {
+			t.Fatalf("preview %s is %s after expiry", pv.Token, stored.State)
+		}
 	}
 }
 

@@ -72,6 +72,7 @@ func testZeroLimits(t *testing.T, s store.Store) {
 	for i := range 3 {
 		claim(t, s, newCall("agent-1", "run-"+itoa(i), store.CallInProgress))
 		claim(t, s, newCall("agent-1", "park-"+itoa(i), store.CallAwaitingApproval))
+		claim(t, s, newCall("agent-1", "preview-"+itoa(i), store.CallAwaitingPreview))
 	}
 	reaped, err := s.ReapExpiredLeases(ctx, store.ReapParams{Now: at(time.Hour), ExpiresAt: at(2 * time.Hour)})
 	noErr(t, "ReapExpiredLeases", err)
@@ -80,12 +81,12 @@ func testZeroLimits(t *testing.T, s store.Store) {
 	}
 	expired, err := s.ExpireApprovals(ctx, store.ExpireParams{Now: at(2 * time.Hour), ExpiresAt: at(2 * time.Hour)})
 	noErr(t, "ExpireApprovals", err)
-	if len(expired) != 3 {
-		t.Fatalf("expiry with limit 0 took %d of 3", len(expired))
+	if len(expired.Approvals) != 3 || len(expired.Previews) != 3 {
+		t.Fatalf("expiry with limit 0 took %d of 3 approvals and %d of 3 previews", len(expired.Approvals), len(expired.Previews))
 	}
 	n, err := s.DeleteExpiredCalls(ctx, at(3*time.Hour), 0)
 	noErr(t, "DeleteExpiredCalls", err)
-	if n != 6 {
-		t.Fatalf("retention with limit 0 removed %d of 6", n)
+	if n != 9 {
+		t.Fatalf("retention with limit 0 removed %d of 9", n)
 	}
 }
