@@ -6,9 +6,15 @@
 //   - The store never reads the clock: every time comes from the caller.
 //   - Each method is atomic: its record changes, audit events, task history
 //     and notifications commit together or not at all.
+//   - Audit events, wherever they are passed in, need an ID that is
+//     non-empty (else ErrInvalid) and unique, in the trail and within the
+//     batch (else ErrConflict). A refused event fails the whole method:
+//     nothing it would have written, events included, is stored.
 //   - Errors are the sentinels below, wrapped with %w; driver errors never
 //     leak. A store that cannot be reached answers ErrUnavailable.
 //   - Returned records are copies; callers may modify them freely.
+//   - A limit of 0 means "no limit"; a negative limit or cursor is
+//     ErrInvalid.
 package store
 
 import (
@@ -178,8 +184,10 @@ type CallStore interface {
 	// finished: the real outcome replaces the guess). It sets State, Result,
 	// UpdatedAt, ExpiresAt and clears LeaseExpiresAt; appends p.Events; inserts
 	// p.History if set; applies p.Health (as UpdateToolHealth would) if set —
-	// all in one transaction. ErrConflict if the call is not in such a state;
-	// ErrNotFound if it does not exist.
+	// all in one transaction. If the tool's health record is gone (the tool
+	// was deleted while the call ran), the health change is skipped, its
+	// events with it, and the outcome is still recorded. ErrConflict if the
+	// call is not in such a state; ErrNotFound if it does not exist.
 	FinishCall(ctx context.Context, p FinishCallParams) (*Call, error)
 	// ReleaseParkedCall gives up a parked call whose approval or preview can no
 	// longer be used: the call must be in state p.From (a parked state); it
@@ -192,30 +200,36 @@ type CallStore interface {
 	// appended. ErrNotFound; ErrConflict if the call is not UNKNOWN.
 	ResolveCall(ctx context.Context, p ResolveCallParams) (*Call, error)
 	// ReapExpiredLeases turns IN_PROGRESS calls whose lease expired before
-	// p.Now into UNKNOWN (never re-running them), at most p.Limit of them,
-	// appending p.EventsFor(call) for each, and returns them. Safe to run on
-	// every replica at once: each call is reaped once.
+	// p.Now into UNKNOWN (never re-running them), at most p.Limit of them (0:
+	// no limit; negative: ErrInvalid): State UNKNOWN, Result p.Result,
+	// UpdatedAt p.Now, ExpiresAt p.ExpiresAt, and LeaseExpiresAt cleared (the
+	// attempt no longer holds a lease; AttemptCount is kept, so that
+	// FinishCall of that attempt can still replace the guess). It appends
+	// p.EventsFor(call) for each, called with the call as stored, and returns
+	// them. Safe to run on every replica at once: each call is reaped once.
 	ReapExpiredLeases(ctx context.Context, p ReapParams) ([]*Call, error)
-	// ExpireApprovals expires, in one transaction, what parked calls wait for
-	// once its ExpiresAt is before p.Now:
+	// ExpireApprovals expires, in one transaction, the approvals and previews
+	// whose ExpiresAt is before p.Now:
 	//   - PENDING and APPROVED approvals become EXPIRED, their
-	//     AWAITING_APPROVAL calls RELEASED, and p.EventsFor(approval) is
-	//     appended for each;
+	//     AWAITING_APPROVAL calls RELEASED, p.EventsFor(approval) is appended
+	//     for each, and each notifies TopicApprovals;
 	//   - PENDING previews become EXPIRED, their AWAITING_PREVIEW calls
 	//     RELEASED, and p.PreviewEventsFor(preview) is appended for each.
 	// Released calls get UpdatedAt = p.Now and ExpiresAt = p.ExpiresAt. At
-	// most p.Limit approvals and at most p.Limit previews are expired. The
-	// event functions get the record as it is stored (State EXPIRED; an
-	// approval that had been approved still has its ResolvedAt). It returns
-	// the expired approvals and previews, earliest expiry first. Safe to run
-	// on every replica at once: each record is expired once.
+	// most p.Limit approvals and at most p.Limit previews are expired (0: no
+	// limit; negative: ErrInvalid). The event functions get the record as it
+	// is stored (State EXPIRED; an approval that had been approved still has
+	// its ResolvedAt). It returns the expired approvals and previews,
+	// earliest expiry first. Safe to run on every replica at once: each
+	// record is expired once.
 	ExpireApprovals(ctx context.Context, p ExpireParams) (*ExpireResult, error)
-	// DeleteExpiredCalls removes up to limit calls whose ExpiresAt is before
-	// now and which are neither IN_PROGRESS nor parked, together with their
-	// approvals, previews and task history entries (matched by CallID), in
-	// one transaction. Task history therefore lives as long as its call
-	// record: the retention window (24h by default), after which policies no
-	// longer see the call. Returns how many calls it removed.
+	// DeleteExpiredCalls removes up to limit calls (0: no limit; negative:
+	// ErrInvalid) whose ExpiresAt is before now and which are neither
+	// IN_PROGRESS nor parked, together with their approvals, previews and
+	// task history entries (matched by CallID), in one transaction. Task
+	// history therefore lives as long as its call record: the retention
+	// window (24h by default), after which policies no longer see the call.
+	// Returns how many calls it removed.
 	DeleteExpiredCalls(ctx context.Context, now time.Time, limit int) (int, error)
 }
 
@@ -281,7 +295,10 @@ type ResolveCallParams struct {
 	Events     []AuditEvent
 }
 
-// ReapParams are ReapExpiredLeases' inputs.
+// ReapParams are ReapExpiredLeases' inputs. The event functions of the
+// sweeps (here and in ExpireParams) must not count on being called once per
+// record: a backend may call them again when it retries a transaction, and
+// stores only the events of the last call.
 type ReapParams struct {
 	Now       time.Time
 	ExpiresAt time.Time // retention of the reaped records
@@ -309,7 +326,9 @@ type ExpireResult struct {
 }
 
 // ApprovalStore holds approvals. Every change notifies TopicApprovals with the
-// approval's id.
+// approval's id: its creation (ClaimCall), resolution (ResolveApproval),
+// consumption (StartParkedCall), expiry (ExpireApprovals), invalidation or
+// expiry through ReleaseParkedCall, and deletion (DeleteExpiredCalls).
 type ApprovalStore interface {
 	// GetApproval returns an approval by id, or ErrNotFound.
 	GetApproval(ctx context.Context, id string) (*Approval, error)
@@ -353,10 +372,22 @@ type PreviewStore interface {
 
 // AuditStore holds the append-only audit trail.
 type AuditStore interface {
-	// AppendAuditEvents appends events in order, assigning Seq.
+	// AppendAuditEvents appends events in order, assigning Seq (the caller's
+	// Seq is ignored). Every event needs a non-empty ID (ErrInvalid) that no
+	// stored event and no other event of the batch has (ErrConflict); a batch
+	// with a refused event stores nothing.
 	AppendAuditEvents(ctx context.Context, events []AuditEvent) error
 	// ListAuditEvents returns events in Seq order, Seq > f.AfterSeq, at most
 	// f.Limit (all if 0), matching every filter that is set.
+	//
+	// Seq is assigned when an event is inserted, not when its transaction
+	// commits: with concurrent writers (replicas, or concurrent requests on
+	// Postgres) an event with a higher Seq can become visible before one with
+	// a lower Seq. A reader tailing the trail by AfterSeq can therefore skip
+	// an event that commits just behind its cursor; it should re-read a short
+	// window behind the cursor (from the highest Seq it had read a few
+	// seconds earlier, comfortably longer than a store transaction lasts) and
+	// drop the events it has already seen, by ID.
 	ListAuditEvents(ctx context.Context, f AuditFilter) ([]*AuditEvent, error)
 }
 
