@@ -16,6 +16,11 @@ import (
 
 	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/config"
+	"github.com/toolsvc/toolsvc/internal/executor"
+	"github.com/toolsvc/toolsvc/internal/gate"
+	"github.com/toolsvc/toolsvc/internal/health"
+	"github.com/toolsvc/toolsvc/internal/idempotency"
+	"github.com/toolsvc/toolsvc/internal/policy"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/server"
 	"github.com/toolsvc/toolsvc/internal/store"
@@ -43,13 +48,17 @@ type Options struct {
 	HealthInterval time.Duration
 }
 
-// App is a wired toolsvc: store, registry and server.
+// App is a wired toolsvc: store, registry, health, executor, reaper and server.
 type App struct {
-	cfg    *config.Config
-	log    *slog.Logger
-	store  store.Store
-	reg    *registry.Registry
-	server *server.Server
+	cfg     *config.Config
+	log     *slog.Logger
+	store   store.Store
+	reg     *registry.Registry
+	tracker *health.Tracker
+	exec    *executor.Executor
+	server  *server.Server
+	// reaped is closed when the reaper has stopped.
+	reaped chan struct{}
 
 	// stop ends the background work started by New (the registry's cache
 	// refresh); it outlives New's context on purpose.
@@ -108,6 +117,30 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 		return nil, err
 	}
 
+	a.tracker = health.NewTracker(a.store, cfg.Health, opts.Now, log)
+	if err := a.tracker.Start(runCtx); err != nil {
+		return nil, fmt.Errorf("health: %w", err)
+	}
+	g, err := gate.New(cfg.Gate)
+	if err != nil {
+		return nil, fmt.Errorf("gate: %w", err)
+	}
+	a.exec, err = executor.New(executor.Options{
+		Store: a.store, Registry: a.reg, Gate: g, Policies: policy.New(a.store), Health: a.tracker,
+		Idempotency: cfg.Idempotency, ApprovalTTL: cfg.Approvals.TTL, PreviewTTL: cfg.Previews.TTL,
+		Now: opts.Now, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Every replica reaps: the sweeps are safe to run concurrently.
+	reaper := idempotency.NewReaper(a.store, cfg.Idempotency, opts.Now, log)
+	a.reaped = make(chan struct{})
+	go func() {
+		defer close(a.reaped)
+		reaper.Run(runCtx)
+	}()
+
 	principals, err := cfg.DevPrincipals()
 	if err != nil {
 		return nil, err
@@ -121,6 +154,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 		Store:           a.store,
 		Registry:        a.reg,
 		Authenticator:   authn,
+		Executor:        a.exec,
+		Health:          a.tracker,
 		HealthInterval:  opts.HealthInterval,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 	})
@@ -243,6 +278,12 @@ func (a *App) Registry() *registry.Registry { return a.reg }
 // Server is the App's gRPC server.
 func (a *App) Server() *server.Server { return a.server }
 
+// Health is the App's tool health tracker.
+func (a *App) Health() *health.Tracker { return a.tracker }
+
+// Executor is the App's call pipeline.
+func (a *App) Executor() *executor.Executor { return a.exec }
+
 // Config is the App's configuration.
 func (a *App) Config() *config.Config { return a.cfg }
 
@@ -251,6 +292,9 @@ func (a *App) Config() *config.Config { return a.cfg }
 func (a *App) Close() {
 	a.closeOnce.Do(func() {
 		a.stop()
+		if a.reaped != nil {
+			<-a.reaped
+		}
 		if a.store != nil {
 			a.store.Close()
 		}

@@ -170,7 +170,7 @@ func ApprovalExpiredEvent(a *store.Approval, now time.Time) store.AuditEvent {
 			"approval_id": a.ID,
 			// PENDING: nobody resolved it; APPROVED: approved but never used.
 			"was":        string(stateBeforeExpiry(a)),
-			"expires_at": a.ExpiresAt.UTC().Format(time.RFC3339Nano),
+			"expire_time": a.ExpiresAt.UTC().Format(time.RFC3339Nano),
 		},
 	})
 }

@@ -1,9 +1,131 @@
 package server
 
-import toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+import (
+	"context"
+	"errors"
 
-// approvalServer serves ApprovalService. Until approvals land every RPC
-// answers UNIMPLEMENTED.
+	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/executor"
+	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/store"
+)
+
+// approvalListFilters identifies ListApprovals' page tokens.
+type approvalListFilters struct {
+	List  string `json:"list"`
+	State string `json:"state"`
+	Tool  string `json:"tool"`
+}
+
+// approvalServer serves ApprovalService.
 type approvalServer struct {
 	toolsvcv1.UnimplementedApprovalServiceServer
+	ex *executor.Executor
+	st store.Store
+}
+
+// ListApprovals returns approvals newest first.
+func (s *approvalServer) ListApprovals(ctx context.Context, req *toolsvcv1.ListApprovalsRequest) (*toolsvcv1.ListApprovalsResponse, error) {
+	var v fault.Violations
+	state, ok := approvalStatesFromProto[req.GetState()]
+	if req.GetState() != toolsvcv1.ApprovalState_APPROVAL_STATE_UNSPECIFIED && !ok {
+		v.Add("state", "unknown approval state")
+	}
+	if req.GetTool() != "" {
+		checkToolName(&v, "tool", req.GetTool())
+	}
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	if err := v.Err("invalid request"); err != nil {
+		return nil, err
+	}
+	filters := approvalListFilters{List: "approvals", State: string(state), Tool: req.GetTool()}
+	before, err := decodePageToken(req.GetPageToken(), filters)
+	if err != nil {
+		return nil, err
+	}
+	aps, err := s.st.ListApprovals(ctx, store.ListApprovalsParams{
+		Before: before, Limit: size + 1, State: state, Tool: req.GetTool(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	resp := &toolsvcv1.ListApprovalsResponse{}
+	if len(aps) > size {
+		aps = aps[:size]
+		resp.NextPageToken = encodePageToken(aps[size-1].ID, filters)
+	}
+	for _, a := range aps {
+		pb, err := approvalToProto(a)
+		if err != nil {
+			return nil, err
+		}
+		resp.Approvals = append(resp.Approvals, pb)
+	}
+	return resp, nil
+}
+
+// GetApproval returns one approval.
+func (s *approvalServer) GetApproval(ctx context.Context, req *toolsvcv1.GetApprovalRequest) (*toolsvcv1.GetApprovalResponse, error) {
+	if req.GetApprovalId() == "" {
+		return nil, fault.Violations{{Field: "approval_id", Description: "is required"}}.Err("invalid request")
+	}
+	a, err := s.st.GetApproval(ctx, req.GetApprovalId())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fault.New(fault.NotFound, fault.ReasonApprovalNotFound, "no approval %q", req.GetApprovalId())
+	}
+	if err != nil {
+		return nil, err
+	}
+	pb, err := approvalToProto(a)
+	if err != nil {
+		return nil, err
+	}
+	return &toolsvcv1.GetApprovalResponse{Approval: pb}, nil
+}
+
+// ResolveApproval approves or denies an approval.
+func (s *approvalServer) ResolveApproval(ctx context.Context, req *toolsvcv1.ResolveApprovalRequest) (*toolsvcv1.ResolveApprovalResponse, error) {
+	p, err := principalFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var approve bool
+	switch req.GetDecision() {
+	case toolsvcv1.ApprovalDecision_APPROVAL_DECISION_APPROVE:
+		approve = true
+	case toolsvcv1.ApprovalDecision_APPROVAL_DECISION_DENY:
+	default:
+		return nil, fault.Violations{{Field: "decision", Description: "must be APPROVAL_DECISION_APPROVE or APPROVAL_DECISION_DENY"}}.
+			Err("malformed ResolveApproval request")
+	}
+	a, err := s.ex.ResolveApproval(ctx, p, req.GetApprovalId(), approve, req.GetComment())
+	if err != nil {
+		return nil, err
+	}
+	pb, err := approvalToProto(a)
+	if err != nil {
+		return nil, err
+	}
+	return &toolsvcv1.ResolveApprovalResponse{Approval: pb}, nil
+}
+
+// WatchApprovals streams pending approvals, then changes.
+func (s *approvalServer) WatchApprovals(req *toolsvcv1.WatchApprovalsRequest, stream toolsvcv1.ApprovalService_WatchApprovalsServer) error {
+	if req.GetTool() != "" {
+		var v fault.Violations
+		checkToolName(&v, "tool", req.GetTool())
+		if err := v.Err("invalid request"); err != nil {
+			return err
+		}
+	}
+	return s.ex.WatchApprovals(stream.Context(), req.GetTool(), func(a *store.Approval) error {
+		pb, err := approvalToProto(a)
+		if err != nil {
+			return err
+		}
+		return stream.Send(&toolsvcv1.WatchApprovalsResponse{Approval: pb})
+	})
 }

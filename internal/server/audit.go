@@ -1,9 +1,109 @@
 package server
 
-import toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+import (
+	"context"
+	"strconv"
 
-// auditServer serves AuditService. Until the audit query lands every RPC
-// answers UNIMPLEMENTED.
+	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/store"
+)
+
+// Audit pages are larger than the others' (audit.proto documents it).
+const (
+	defaultAuditPage = 100
+	maxAuditPage     = 1000
+)
+
+// auditListFilters identifies ListAuditEvents' page tokens.
+type auditListFilters struct {
+	List      string   `json:"list"`
+	Types     []string `json:"types"`
+	CallID    string   `json:"call"`
+	TraceID   string   `json:"trace"`
+	TaskID    string   `json:"task"`
+	Principal string   `json:"principal"`
+	Tool      string   `json:"tool"`
+	Start     int64    `json:"start"`
+	End       int64    `json:"end"`
+}
+
+// auditServer serves AuditService.
 type auditServer struct {
 	toolsvcv1.UnimplementedAuditServiceServer
+	st store.Store
 }
+
+// ListAuditEvents returns events oldest first.
+func (s *auditServer) ListAuditEvents(ctx context.Context, req *toolsvcv1.ListAuditEventsRequest) (*toolsvcv1.ListAuditEventsResponse, error) {
+	var v fault.Violations
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0:
+		v.Add("page_size", "must not be negative (0 means %d, at most %d)", defaultAuditPage, maxAuditPage)
+	case size == 0:
+		size = defaultAuditPage
+	case size > maxAuditPage:
+		size = maxAuditPage
+	}
+	for i, t := range req.GetTypes() {
+		if t == "" || len(t) > 64 {
+			v.Add("types["+itoa(i)+"]", "must be an event type such as tool_call.succeeded")
+		}
+	}
+	f := store.AuditFilter{
+		Types: req.GetTypes(), CallID: req.GetCallId(), TraceID: req.GetTraceId(), TaskID: req.GetTaskId(),
+		Principal: req.GetPrincipal(), Tool: req.GetTool(),
+	}
+	if req.GetStartTime() != nil {
+		f.Start = req.GetStartTime().AsTime()
+	}
+	if req.GetEndTime() != nil {
+		f.End = req.GetEndTime().AsTime()
+	}
+	if !f.Start.IsZero() && !f.End.IsZero() && !f.Start.Before(f.End) {
+		v.Add("end_time", "must be after start_time")
+	}
+	if err := v.Err("invalid request"); err != nil {
+		return nil, err
+	}
+	filters := auditListFilters{List: "audit", Types: f.Types, CallID: f.CallID, TraceID: f.TraceID,
+		TaskID: f.TaskID, Principal: f.Principal, Tool: f.Tool}
+	if !f.Start.IsZero() {
+		filters.Start = f.Start.UnixNano()
+	}
+	if !f.End.IsZero() {
+		filters.End = f.End.UnixNano()
+	}
+	after, err := decodePageToken(req.GetPageToken(), filters)
+	if err != nil {
+		return nil, err
+	}
+	if after != "" {
+		seq, perr := strconv.ParseInt(after, 10, 64)
+		if perr != nil || seq < 0 {
+			return nil, fault.Violations{{Field: "page_token", Description: "not a page token issued by this service"}}.Err("invalid page token")
+		}
+		f.AfterSeq = seq
+	}
+	f.Limit = size + 1
+	evs, err := s.st.ListAuditEvents(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	resp := &toolsvcv1.ListAuditEventsResponse{}
+	if len(evs) > size {
+		evs = evs[:size]
+		resp.NextPageToken = encodePageToken(strconv.FormatInt(evs[size-1].Seq, 10), filters)
+	}
+	for _, e := range evs {
+		pb, err := auditEventToProto(e)
+		if err != nil {
+			return nil, err
+		}
+		resp.Events = append(resp.Events, pb)
+	}
+	return resp, nil
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,9 +1,111 @@
 package server
 
-import toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+import (
+	"context"
 
-// healthServer serves ToolHealthService. Until tool health lands every RPC
-// answers UNIMPLEMENTED.
+	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/health"
+	"github.com/toolsvc/toolsvc/internal/store"
+)
+
+// healthListFilters identifies ListToolHealth's page tokens.
+type healthListFilters struct {
+	List   string `json:"list"`
+	Status string `json:"status"`
+}
+
+// healthServer serves ToolHealthService from the health tracker's cache.
 type healthServer struct {
 	toolsvcv1.UnimplementedToolHealthServiceServer
+	tracker *health.Tracker
+}
+
+// GetToolHealth returns one tool's health.
+func (s *healthServer) GetToolHealth(_ context.Context, req *toolsvcv1.GetToolHealthRequest) (*toolsvcv1.GetToolHealthResponse, error) {
+	var v fault.Violations
+	checkToolName(&v, "tool", req.GetTool())
+	if err := v.Err("invalid request"); err != nil {
+		return nil, err
+	}
+	h, ok := s.tracker.Get(req.GetTool())
+	if !ok {
+		return nil, fault.New(fault.NotFound, fault.ReasonToolNotFound, "no tool named %q", req.GetTool())
+	}
+	return &toolsvcv1.GetToolHealthResponse{Health: healthToProto(&h)}, nil
+}
+
+// ListToolHealth returns the health of every tool, by name.
+func (s *healthServer) ListToolHealth(_ context.Context, req *toolsvcv1.ListToolHealthRequest) (*toolsvcv1.ListToolHealthResponse, error) {
+	status, ok := healthStatusesFromProto[req.GetStatus()]
+	if req.GetStatus() != toolsvcv1.HealthStatus_HEALTH_STATUS_UNSPECIFIED && !ok {
+		return nil, fault.Violations{{Field: "status", Description: "unknown health status"}}.Err("invalid request")
+	}
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	filters := healthListFilters{List: "health", Status: string(status)}
+	after, err := decodePageToken(req.GetPageToken(), filters)
+	if err != nil {
+		return nil, err
+	}
+	hs := s.tracker.List(store.ListToolHealthParams{After: after, Limit: size + 1, Status: status})
+	resp := &toolsvcv1.ListToolHealthResponse{}
+	if len(hs) > size {
+		hs = hs[:size]
+		resp.NextPageToken = encodePageToken(hs[size-1].Tool, filters)
+	}
+	for i := range hs {
+		resp.Health = append(resp.Health, healthToProto(&hs[i]))
+	}
+	return resp, nil
+}
+
+// WatchToolHealth streams the current health, then changes.
+func (s *healthServer) WatchToolHealth(req *toolsvcv1.WatchToolHealthRequest, stream toolsvcv1.ToolHealthService_WatchToolHealthServer) error {
+	var v fault.Violations
+	for i, t := range req.GetTools() {
+		checkToolName(&v, "tools["+itoa(i)+"]", t)
+	}
+	if err := v.Err("invalid request"); err != nil {
+		return err
+	}
+	ctx := stream.Context()
+	for h := range s.tracker.Watch(ctx, req.GetTools()) {
+		if err := stream.Send(&toolsvcv1.WatchToolHealthResponse{Health: healthToProto(&h)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetToolHealth drains or restores a tool.
+func (s *healthServer) SetToolHealth(ctx context.Context, req *toolsvcv1.SetToolHealthRequest) (*toolsvcv1.SetToolHealthResponse, error) {
+	p, err := principalFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var v fault.Violations
+	checkToolName(&v, "tool", req.GetTool())
+	var op health.Operation
+	switch req.GetOperation() {
+	case toolsvcv1.HealthOperation_HEALTH_OPERATION_DRAIN:
+		op = health.Drain
+	case toolsvcv1.HealthOperation_HEALTH_OPERATION_RESTORE:
+		op = health.Restore
+	default:
+		v.Add("operation", "must be HEALTH_OPERATION_DRAIN or HEALTH_OPERATION_RESTORE")
+	}
+	if len(req.GetReason()) > 2000 {
+		v.Add("reason", "at most 2000 characters")
+	}
+	if err := v.Err("invalid request"); err != nil {
+		return nil, err
+	}
+	h, err := s.tracker.Set(ctx, req.GetTool(), op, p.ID, req.GetReason())
+	if err != nil {
+		return nil, err
+	}
+	return &toolsvcv1.SetToolHealthResponse{Health: healthToProto(h)}, nil
 }

@@ -16,13 +16,15 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
+	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/auth"
+	"github.com/toolsvc/toolsvc/internal/executor"
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/health"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
@@ -44,6 +46,10 @@ type Options struct {
 	Registry *registry.Registry
 	// Authenticator establishes each call's principal. Required.
 	Authenticator auth.Authenticator
+	// Executor serves ToolExecutionService and resolves approvals. Required.
+	Executor *executor.Executor
+	// Health serves ToolHealthService. Required.
+	Health *health.Tracker
 	// HealthInterval is how often the store is pinged; 0 means
 	// DefaultHealthInterval.
 	HealthInterval time.Duration
@@ -55,7 +61,7 @@ type Options struct {
 // Server is toolsvc's gRPC server.
 type Server struct {
 	grpc     *grpc.Server
-	health   *health.Server
+	health   *grpchealth.Server
 	store    store.Store
 	log      *slog.Logger
 	interval time.Duration
@@ -83,13 +89,17 @@ func New(o Options) (*Server, error) {
 		return nil, errors.New("server: a registry is required")
 	case o.Authenticator == nil:
 		return nil, errors.New("server: an authenticator is required")
+	case o.Executor == nil:
+		return nil, errors.New("server: an executor is required")
+	case o.Health == nil:
+		return nil, errors.New("server: a health tracker is required")
 	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := &Server{
-		health:   health.NewServer(),
+		health:   grpchealth.NewServer(),
 		store:    o.Store,
 		log:      log,
 		interval: o.HealthInterval,
@@ -110,10 +120,10 @@ func New(o Options) (*Server, error) {
 		grpc.ChainStreamInterceptor(recoveryStream(log), loggingStream(log), authz.stream()),
 	)
 	toolsvcv1.RegisterRegistryServiceServer(s.grpc, &registryServer{reg: o.Registry})
-	toolsvcv1.RegisterToolExecutionServiceServer(s.grpc, &executionServer{})
-	toolsvcv1.RegisterApprovalServiceServer(s.grpc, &approvalServer{})
-	toolsvcv1.RegisterToolHealthServiceServer(s.grpc, &healthServer{})
-	toolsvcv1.RegisterAuditServiceServer(s.grpc, &auditServer{})
+	toolsvcv1.RegisterToolExecutionServiceServer(s.grpc, &executionServer{ex: o.Executor})
+	toolsvcv1.RegisterApprovalServiceServer(s.grpc, &approvalServer{ex: o.Executor, st: o.Store})
+	toolsvcv1.RegisterToolHealthServiceServer(s.grpc, &healthServer{tracker: o.Health})
+	toolsvcv1.RegisterAuditServiceServer(s.grpc, &auditServer{st: o.Store})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	return s, nil

@@ -23,6 +23,10 @@ import (
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/auth"
+	"github.com/toolsvc/toolsvc/internal/executor"
+	"github.com/toolsvc/toolsvc/internal/gate"
+	"github.com/toolsvc/toolsvc/internal/health"
+	"github.com/toolsvc/toolsvc/internal/policy"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/server"
 	"github.com/toolsvc/toolsvc/internal/store"
@@ -108,12 +112,26 @@ func start(t *testing.T, o harnessOptions) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tracker := health.NewTracker(hs, health.DefaultConfig(), nil, nil)
+	if err := tracker.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g, err := gate.New(gate.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := executor.New(executor.Options{Store: hs, Registry: reg, Gate: g, Policies: policy.New(hs), Health: tracker})
+	if err != nil {
+		t.Fatal(err)
+	}
 	logs := &syncBuffer{}
 	srv, err := server.New(server.Options{
 		Logger:          slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Store:           hs,
 		Registry:        reg,
 		Authenticator:   authn,
+		Executor:        ex,
+		Health:          tracker,
 		HealthInterval:  o.healthInterval,
 		ShutdownTimeout: o.shutdownTimeout,
 	})
@@ -251,12 +269,13 @@ func TestRoles(t *testing.T) {
 	_, err = reg.DeregisterTool(as(ctx, "bot"), &toolsvcv1.DeregisterToolRequest{Name: "alpha"})
 	denied(t, err, "operator")
 
-	// Roles are checked before a handler runs, also for unbuilt ones.
+	// Roles are checked before a handler runs: the agent's malformed call
+	// reaches ExecuteTool's own validation, the operator's does not.
 	_, err = exec.ExecuteTool(as(ctx, "ops"), &toolsvcv1.ExecuteToolRequest{Tool: "alpha"})
 	denied(t, err, "agent")
 	_, err = exec.ExecuteTool(as(ctx, "bot"), &toolsvcv1.ExecuteToolRequest{Tool: "alpha"})
-	if status.Code(err) != codes.Unimplemented {
-		t.Fatalf("agent ExecuteTool: want UNIMPLEMENTED, got %v", err)
+	if code, info := errorInfo(t, err); code != codes.InvalidArgument || info == nil || info.Reason != "INVALID_REQUEST" {
+		t.Fatalf("agent ExecuteTool without an action: want INVALID_ARGUMENT, got %v", err)
 	}
 	_, err = appr.ListApprovals(as(ctx, "bot"), &toolsvcv1.ListApprovalsRequest{})
 	denied(t, err, "approver")
@@ -348,33 +367,6 @@ func TestHealthFollowsStore(t *testing.T) {
 
 	h.store.pingErr.Store(nil)
 	waitHealth(t, ctx, hc, "", healthpb.HealthCheckResponse_SERVING)
-}
-
-func TestOtherServicesAnswerUnimplemented(t *testing.T) {
-	h := start(t, harnessOptions{})
-	ctx := testCtx(t)
-	for name, call := range map[string]func() error{
-		"ExecuteTool": func() error {
-			_, err := toolsvcv1.NewToolExecutionServiceClient(h.conn).ExecuteTool(ctx, &toolsvcv1.ExecuteToolRequest{})
-			return err
-		},
-		"GetApproval": func() error {
-			_, err := toolsvcv1.NewApprovalServiceClient(h.conn).GetApproval(ctx, &toolsvcv1.GetApprovalRequest{})
-			return err
-		},
-		"ListToolHealth": func() error {
-			_, err := toolsvcv1.NewToolHealthServiceClient(h.conn).ListToolHealth(ctx, &toolsvcv1.ListToolHealthRequest{})
-			return err
-		},
-		"ListAuditEvents": func() error {
-			_, err := toolsvcv1.NewAuditServiceClient(h.conn).ListAuditEvents(ctx, &toolsvcv1.ListAuditEventsRequest{})
-			return err
-		},
-	} {
-		if code := status.Code(call()); code != codes.Unimplemented {
-			t.Errorf("%s: want UNIMPLEMENTED, got %v", name, code)
-		}
-	}
 }
 
 func TestGracefulShutdown(t *testing.T) {

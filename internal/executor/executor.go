@@ -1,0 +1,493 @@
+// Package executor owns the call pipeline of DESIGN §2: every ExecuteTool
+// request goes through Execute, which looks the tool up, checks scopes,
+// consults the idempotency record, validates arguments, applies policies,
+// classifies risk, gates the call (allow, preview, approval, deny), reserves
+// the key, executes the tool under a renewed lease and records the outcome,
+// the audit trail and the tool's health. It also owns what settles parked
+// and unknown calls: approval resolution and manual call resolution.
+//
+// Storage costs on the hot path: one read (the idempotency lookup, skipped
+// for calls without a key), one commit to reserve and one to record; audit
+// events ride in those commits. A replay costs the read and its audit event.
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/toolsvc/toolsvc/internal/audit"
+	"github.com/toolsvc/toolsvc/internal/auth"
+	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/gate"
+	"github.com/toolsvc/toolsvc/internal/health"
+	"github.com/toolsvc/toolsvc/internal/idempotency"
+	"github.com/toolsvc/toolsvc/internal/policy"
+	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/toolkit"
+)
+
+// Options configure an Executor.
+type Options struct {
+	Store       store.Store
+	Registry    *registry.Registry
+	Gate        *gate.Gate
+	Policies    *policy.Engine
+	Health      *health.Tracker
+	Idempotency idempotency.Config
+	// ApprovalTTL is how long an approval stays valid unless the tool says
+	// otherwise. Default 1h.
+	ApprovalTTL time.Duration
+	// PreviewTTL is how long a preview token is accepted. Default 10m.
+	PreviewTTL time.Duration
+	// OverrunGrace is how long the executor waits, after a tool's deadline,
+	// for a tool that ignores cancellation before recording UNKNOWN.
+	// Default 2s.
+	OverrunGrace time.Duration
+	Now          func() time.Time
+	Logger       *slog.Logger
+}
+
+// Executor runs tool calls.
+type Executor struct {
+	st       store.Store
+	reg      *registry.Registry
+	gate     *gate.Gate
+	policies *policy.Engine
+	health   *health.Tracker
+	idem     idempotency.Config
+	opts     Options
+	now      func() time.Time
+	log      *slog.Logger
+}
+
+// New returns an Executor.
+func New(o Options) (*Executor, error) {
+	var missing []string
+	for name, v := range map[string]bool{
+		"Store": o.Store == nil, "Registry": o.Registry == nil, "Gate": o.Gate == nil,
+		"Policies": o.Policies == nil, "Health": o.Health == nil,
+	} {
+		if v {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return nil, fmt.Errorf("executor: missing %s", strings.Join(missing, ", "))
+	}
+	if o.Idempotency == (idempotency.Config{}) {
+		o.Idempotency = idempotency.DefaultConfig()
+	}
+	if err := o.Idempotency.Validate(); err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
+	if o.ApprovalTTL <= 0 {
+		o.ApprovalTTL = time.Hour
+	}
+	if o.PreviewTTL <= 0 {
+		o.PreviewTTL = 10 * time.Minute
+	}
+	if o.OverrunGrace <= 0 {
+		o.OverrunGrace = 2 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Executor{
+		st: o.Store, reg: o.Registry, gate: o.Gate, policies: o.Policies, health: o.Health,
+		idem: o.Idempotency, opts: o, now: o.Now, log: o.Logger,
+	}, nil
+}
+
+// Request is one ExecuteTool request, in domain terms.
+type Request struct {
+	Tool   string
+	Action string
+	// Arguments is a JSON object (nil or empty means {}).
+	Arguments      json.RawMessage
+	TraceID        string
+	TaskID         string
+	StepID         string
+	IdempotencyKey string
+	Autonomy       toolkit.AutonomyLevel
+	Scopes         []string
+	ApprovalID     string
+	PreviewToken   string
+}
+
+// Response is the outcome of one request.
+type Response struct {
+	CallID         string
+	IdempotencyKey string
+	Outcome        store.Outcome
+	Deduped        bool
+	Result         *store.Result
+	Risk           store.RiskLevel
+	Decision       store.GateDecision
+	Approval       *store.Approval
+	Preview        *store.Preview
+	Attempt        int
+}
+
+var (
+	namePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+	// maxContextID bounds trace, task and step identifiers.
+	maxContextID = 255
+)
+
+// call is the state of one request as it moves through the pipeline.
+type call struct {
+	req         Request
+	principal   *auth.Principal
+	entry       *registry.Entry
+	tool        *store.Tool
+	action      *store.Action
+	args        json.RawMessage // canonical
+	fingerprint string
+	key         string
+	keyGiven    bool
+	callID      string
+	granted     []string
+	autonomy    toolkit.AutonomyLevel
+	risk        store.RiskLevel
+	decision    store.GateDecision
+	escalated   bool
+	adjusters   []string
+	// parked is the existing record when the call was parked and may now go
+	// on (an approved approval or a presented preview token).
+	parked   *store.Call
+	approval *store.Approval
+	preview  *store.Preview
+	// rounds counts re-reads of a record that moved under this request.
+	rounds int
+}
+
+// Execute runs one call through the pipeline. Decisions the agent must act
+// on come back as a Response; caller and protocol problems as *fault.Error.
+func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) (*Response, error) {
+	if p == nil {
+		return nil, fault.New(fault.Unauthenticated, fault.ReasonUnauthenticated, "no principal")
+	}
+	c := &call{req: req, principal: p}
+
+	// The envelope: names, key, context ids, arguments.
+	if err := e.checkEnvelope(ctx, c); err != nil {
+		return nil, err
+	}
+
+	// 2. Registry lookup, served from the cache; health refusals.
+	entry, ok := e.reg.Lookup(req.Tool)
+	if !ok {
+		return nil, e.reject(ctx, c, fault.New(fault.NotFound, fault.ReasonToolNotFound,
+			"no tool named %q", req.Tool).With("tool", req.Tool))
+	}
+	c.entry, c.tool = entry, entry.Tool
+	action, ok := entry.Action(req.Action)
+	if !ok {
+		return nil, e.reject(ctx, c, fault.New(fault.NotFound, fault.ReasonActionNotFound,
+			"tool %q has no action %q (actions: %s)", req.Tool, req.Action, actionNames(entry.Tool)).
+			With("tool", req.Tool).With("action", req.Action))
+	}
+	c.action = action
+	if entry.Impl == nil {
+		return nil, e.reject(ctx, c, fault.New(fault.Unavailable, fault.ReasonToolUnavailable,
+			"tool %q: connector %q is not available on this server", req.Tool, entry.Tool.ConnectorID).
+			With("tool", req.Tool))
+	}
+	if err := e.health.Check(req.Tool); err != nil {
+		return nil, e.reject(ctx, c, err)
+	}
+
+	// 3. Scopes: granted = principal ∩ request; every required scope held.
+	c.granted = p.GrantedScopes(req.Scopes)
+	if missing := missingScopes(c.tool.RequiredScopes, c.granted); len(missing) > 0 {
+		ferr := fault.New(fault.PermissionDenied, fault.ReasonScopeViolation,
+			"tool %q requires scopes the call does not hold: %s", c.tool.Name, strings.Join(missing, ", ")).
+			With("tool", c.tool.Name).With("missing_scopes", strings.Join(missing, ","))
+		return nil, e.refuse(ctx, c, audit.ScopeViolation, ferr,
+			map[string]any{"missing_scopes": missing, "required_scopes": c.tool.RequiredScopes})
+	}
+
+	// 4. Idempotency lookup, before the gate so a retry of a completed or
+	// parked call never meets the gate twice.
+	if c.keyGiven {
+		existing, err := e.st.GetCallByKey(ctx, p.ID, c.key)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return nil, storeFault(err)
+		default:
+			resp, goOn, err := e.resume(ctx, c, existing)
+			if !goOn {
+				return resp, err
+			}
+		}
+	}
+	if c.req.PreviewToken != "" && c.preview == nil {
+		return nil, e.reject(ctx, c, fault.New(fault.FailedPrecondition, fault.ReasonPreviewTokenMismatch,
+			"no preview is pending for idempotency key %q; call without preview_token first", c.key))
+	}
+
+	return e.evaluate(ctx, c)
+}
+
+// evaluate runs steps 5–13 for a new call or a parked call that may go on.
+func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
+	now := e.now()
+	if c.callID == "" {
+		c.callID = newID()
+	}
+
+	// 5. Arguments: a failure is the model's to correct, not an RPC error.
+	if err := c.entry.ValidateArguments(c.action.Name, c.args); err != nil {
+		msg := err.Error()
+		var aerr *registry.ArgumentError
+		if !errors.As(err, &aerr) {
+			e.log.Error("argument validation could not run", "tool", c.tool.Name, "action", c.action.Name, "err", err)
+			msg = "the arguments could not be validated: the tool's schema is unusable on this server"
+		}
+		detail := map[string]any{"reason": "ARGUMENTS_INVALID", "message": msg}
+		if err := e.appendEvents(ctx, e.event(c, audit.ToolCallRejected, store.OutcomeFailed, detail)); err != nil {
+			return nil, err
+		}
+		return e.answer(c, store.OutcomeFailed, &store.Result{Success: false, Message: "invalid arguments: " + msg}), nil
+	}
+
+	// 6. Policies, against the principal's task history. Fail closed.
+	pd := e.policies.Evaluate(ctx, policy.Input{
+		Tool: c.tool, Action: c.action.Name, PrincipalID: c.principal.ID, TaskID: c.req.TaskID,
+		Arguments: c.args, Exists: e.existsFunc(c),
+	})
+	if pd.Err != nil {
+		e.log.Error("a policy could not decide; the call is denied", "tool", c.tool.Name, "action", c.action.Name,
+			"policy", pd.Policy, "err", pd.Err)
+	}
+	if !pd.Allowed {
+		if err := e.appendEvents(ctx, e.event(c, audit.PolicyDenied, store.OutcomeDenied,
+			map[string]any{"policy": pd.Policy, "message": pd.Message})); err != nil {
+			return nil, err
+		}
+		return e.answer(c, store.OutcomeDenied, &store.Result{Success: false, Message: pd.Message}), nil
+	}
+
+	// 7. Risk: action ?? tool default, raised by adjusters.
+	var hp *store.ToolHealth
+	if h, ok := e.health.Get(c.tool.Name); ok {
+		hp = &h
+	}
+	cl := e.gate.Classify(ctx, gate.RiskInput{
+		Tool: c.tool, Action: c.action, Args: c.args, Principal: c.principal,
+		Facts: gate.CallFacts{TraceID: c.req.TraceID, TaskID: c.req.TaskID, StepID: c.req.StepID,
+			Autonomy: c.autonomy, Scopes: c.granted},
+		Health: hp,
+	})
+	c.risk, c.adjusters = cl.Risk, cl.Applied
+	for _, err := range cl.Errors {
+		// Evaluation errors raise the risk (fail safe); the operator should
+		// know a rule misbehaves. They may quote arguments: logs only.
+		e.log.Warn("risk adjuster failed to evaluate; it raised the risk", "tool", c.tool.Name,
+			"action", c.action.Name, "err", err)
+	}
+
+	// 8. Gate.
+	c.decision, c.escalated = e.gate.Decide(c.autonomy, c.risk, e.canPreview(c))
+	if c.decision == store.DecisionDeny {
+		msg := fmt.Sprintf("the gate denies %s risk calls at %s autonomy", c.risk, c.autonomy)
+		if err := e.appendEvents(ctx, e.event(c, audit.GateDenied, store.OutcomeDenied,
+			map[string]any{"message": msg, "base_risk": cl.Base.String(), "adjusters": c.adjusters})); err != nil {
+			return nil, err
+		}
+		return e.answer(c, store.OutcomeDenied, &store.Result{Success: false, Message: msg}), nil
+	}
+
+	// 9. Deadline: refuse before anything is reserved.
+	if dl, ok := ctx.Deadline(); ok && !now.Before(dl) {
+		return nil, e.reject(ctx, c, fault.New(fault.DeadlineExceeded, fault.ReasonDeadlineExceeded,
+			"the call's deadline passed before it could be reserved"))
+	}
+
+	switch {
+	case c.approval != nil:
+		// An approved approval covers whatever the gate asks short of DENY.
+		return e.run(ctx, c)
+	case c.preview != nil && c.decision != store.DecisionConfirm:
+		return e.run(ctx, c)
+	case c.preview != nil:
+		// Risk rose since the preview: it no longer suffices. Give the
+		// preview up and park the key behind an approval instead.
+		if _, err := e.st.ReleaseParkedCall(ctx, store.ReleaseParkedCallParams{
+			CallID: c.parked.ID, From: store.CallAwaitingPreview, PreviewState: store.PreviewExpired,
+			Now: now, ExpiresAt: now.Add(e.idem.Retention),
+		}); err != nil && !errors.Is(err, store.ErrConflict) {
+			return nil, storeFault(err)
+		}
+		c.preview, c.parked = nil, nil
+		return e.parkForApproval(ctx, c)
+	case c.decision == store.DecisionConfirm:
+		return e.parkForApproval(ctx, c)
+	case c.decision == store.DecisionPreview:
+		return e.parkForPreview(ctx, c)
+	default:
+		return e.run(ctx, c)
+	}
+}
+
+// checkEnvelope validates what every request must carry and fills the
+// call's canonical arguments, fingerprint, key and autonomy.
+func (e *Executor) checkEnvelope(ctx context.Context, c *call) error {
+	var v fault.Violations
+	r := c.req
+	if !namePattern.MatchString(r.Tool) {
+		v.Add("tool", "must match ^[a-z0-9_-]{1,64}$")
+	}
+	if !namePattern.MatchString(r.Action) {
+		v.Add("action", "must match ^[a-z0-9_-]{1,64}$")
+	}
+	if r.IdempotencyKey != "" {
+		if err := idempotency.ValidateKey(r.IdempotencyKey); err != nil {
+			v.Add("context.idempotency_key", "%s", err.Error())
+		}
+	}
+	for field, val := range map[string]string{
+		"context.trace_id": r.TraceID, "context.task_id": r.TaskID, "context.step_id": r.StepID,
+		"context.approval_id": r.ApprovalID, "context.preview_token": r.PreviewToken,
+	} {
+		if len(val) > maxContextID || !printable(val) {
+			v.Add(field, "must be at most %d printable ASCII characters", maxContextID)
+		}
+	}
+	if r.Autonomy != toolkit.AutonomyUnspecified && !r.Autonomy.Valid() {
+		v.Add("context.autonomy_level", "unknown autonomy level")
+	}
+	for i, s := range r.Scopes {
+		if s == "" || strings.ContainsAny(s, " \t\r\n") || len(s) > 256 {
+			v.Add(fmt.Sprintf("context.scopes[%d]", i), "must be a non-empty scope without whitespace")
+		}
+	}
+	raw := r.Arguments
+	if len(strings.TrimSpace(string(raw))) == 0 {
+		raw = json.RawMessage("{}")
+	}
+	canon, err := idempotency.Canonicalize(raw)
+	if err != nil {
+		v.Add("arguments", "must be a JSON object: %s", err.Error())
+	} else if len(canon) == 0 || canon[0] != '{' {
+		v.Add("arguments", "must be a JSON object")
+	}
+	if err := v.Err("malformed ExecuteTool request"); err != nil {
+		// The tool name may be garbage here; the event carries it truncated.
+		c.req.Tool, c.req.Action = truncate(r.Tool, 64), truncate(r.Action, 64)
+		return e.reject(ctx, c, err)
+	}
+	c.args = canon
+	c.fingerprint = idempotency.Fingerprint(canon)
+	c.key, c.keyGiven = r.IdempotencyKey, r.IdempotencyKey != ""
+	if !c.keyGiven {
+		c.key = idempotency.NewKey()
+	}
+	c.autonomy = gate.EffectiveAutonomy(r.Autonomy, c.principal)
+	return nil
+}
+
+// missingScopes returns the required scopes the granted set does not cover,
+// in the tool's order.
+func missingScopes(required, granted []string) []string {
+	if slices.Contains(granted, auth.AllScopes) {
+		return nil
+	}
+	var missing []string
+	for _, s := range required {
+		if !slices.Contains(granted, s) {
+			missing = append(missing, s)
+		}
+	}
+	return missing
+}
+
+func (e *Executor) canPreview(c *call) bool {
+	_, ok := c.entry.Impl.(toolkit.Previewer)
+	return ok && c.tool.SupportsPreview
+}
+
+func (e *Executor) existsFunc(c *call) func(context.Context) (bool, error) {
+	rc, ok := c.entry.Impl.(toolkit.ResourceChecker)
+	if !ok {
+		return nil
+	}
+	return func(ctx context.Context) (bool, error) {
+		return rc.ResourceExists(ctx, e.toolCall(c, 0, time.Time{}, nil))
+	}
+}
+
+// toolCall builds what the tool sees of the call.
+func (e *Executor) toolCall(c *call, attempt int, deadline time.Time, beat func(context.Context) error) *toolkit.Call {
+	return &toolkit.Call{
+		CallID: c.callID, Tool: c.tool.Name, Action: c.action.Name, Principal: c.principal.ID,
+		IdempotencyKey: c.key, TraceID: c.req.TraceID, TaskID: c.req.TaskID, StepID: c.req.StepID,
+		Attempt: attempt, Autonomy: c.autonomy, GrantedScopes: slices.Clone(c.granted),
+		Deadline: deadline, Arguments: slices.Clone(c.args), OnHeartbeat: beat,
+	}
+}
+
+// answer builds a response for the call as evaluated so far.
+func (e *Executor) answer(c *call, o store.Outcome, r *store.Result) *Response {
+	return &Response{
+		CallID: c.callID, IdempotencyKey: c.key, Outcome: o, Result: r,
+		Risk: c.risk, Decision: c.decision,
+	}
+}
+
+func actionNames(t *store.Tool) string {
+	names := make([]string, len(t.Actions))
+	for i, a := range t.Actions {
+		names[i] = a.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// newID returns a UUIDv7 (sortable by creation time).
+func newID() string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.NewString()
+	}
+	return id.String()
+}
+
+// storeFault turns a store error into what the caller sees.
+func storeFault(err error) error {
+	if errors.Is(err, store.ErrUnavailable) {
+		return fault.New(fault.Unavailable, fault.ReasonStoreUnavailable,
+			"the store is unavailable; retry shortly").WithRetry(time.Second).WithCause(err)
+	}
+	return fmt.Errorf("store: %w", err)
+}

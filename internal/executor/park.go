@@ -1,0 +1,187 @@
+package executor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/audit"
+	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/toolkit"
+)
+
+// maxPreviewTime bounds a tool's Preview: it has no side effects and should
+// be quick; a slow one must not hold the caller for the tool's full timeout.
+const maxPreviewTime = 30 * time.Second
+
+// parkForApproval claims the key in AWAITING_APPROVAL with a new approval
+// bound to requester, tool, action, tool version, fingerprint and key.
+func (e *Executor) parkForApproval(ctx context.Context, c *call, extra ...any) (*Response, error) {
+	now := e.now()
+	ttl := c.tool.ApprovalTTL
+	if ttl <= 0 {
+		ttl = e.opts.ApprovalTTL
+	}
+	ap := &store.Approval{
+		ID: newID(), CallID: c.callID, Requester: c.principal.ID, Tool: c.tool.Name, Action: c.action.Name,
+		ToolVersion: c.tool.Version, Arguments: c.args, Fingerprint: c.fingerprint, IdempotencyKey: c.key,
+		Risk: c.risk, TraceID: c.req.TraceID, TaskID: c.req.TaskID, StepID: c.req.StepID,
+		State: store.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(ttl),
+	}
+	rec := e.newRecord(c, store.CallAwaitingApproval, now)
+	rec.ApprovalID = ap.ID
+	detail := map[string]any{
+		"approval_id": ap.ID, "expire_time": ap.ExpiresAt, "escalated_from_preview": c.escalated,
+		"adjusters": c.adjusters,
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		detail[fmt.Sprint(extra[i])] = extra[i+1]
+	}
+	ev := e.event(c, audit.GateRequired, store.OutcomeApprovalRequired, e.withArgs(c, detail))
+	held, claimed, err := e.st.ClaimCall(ctx, store.ClaimCallParams{Call: rec, Approval: ap, Events: []store.AuditEvent{ev}})
+	if err != nil {
+		return nil, storeFault(err)
+	}
+	if !claimed {
+		return e.lostClaim(ctx, c, held)
+	}
+	c.callID, ap.CallID = held.ID, held.ID
+	return e.approvalResponse(c, ap), nil
+}
+
+// parkForPreview runs the tool's side-effect-free Preview and claims the key
+// in AWAITING_PREVIEW with a token bound to fingerprint and key. A preview
+// that fails escalates to an approval (fail safe).
+func (e *Executor) parkForPreview(ctx context.Context, c *call) (*Response, error) {
+	pr, err := e.runPreview(ctx, c)
+	var value json.RawMessage
+	if err == nil && pr.Value != nil {
+		value, err = json.Marshal(pr.Value)
+		if err != nil {
+			err = fmt.Errorf("preview value is not JSON: %w", err)
+		}
+	}
+	if err != nil {
+		e.log.Warn("preview failed; escalating to approval", "tool", c.tool.Name, "action", c.action.Name,
+			"call_id", c.callID, "err", err)
+		c.decision, c.escalated = store.DecisionConfirm, true
+		return e.parkForApproval(ctx, c, "preview_failed", true)
+	}
+	now := e.now()
+	pv := &store.Preview{
+		Token: newToken(), CallID: c.callID, PrincipalID: c.principal.ID, IdempotencyKey: c.key,
+		Fingerprint: c.fingerprint, Tool: c.tool.Name, Action: c.action.Name, ToolVersion: c.tool.Version,
+		Message: pr.Message, Value: value, State: store.PreviewPending,
+		CreatedAt: now, ExpiresAt: now.Add(e.opts.PreviewTTL),
+	}
+	rec := e.newRecord(c, store.CallAwaitingPreview, now)
+	rec.PreviewToken = pv.Token
+	detail := map[string]any{"expire_time": pv.ExpiresAt, "adjusters": c.adjusters}
+	if c.tool.AuditPayloads {
+		detail["preview_message"] = pv.Message
+	}
+	ev := e.event(c, audit.GatePreviewRequired, store.OutcomePreviewRequired, e.withArgs(c, detail))
+	held, claimed, err := e.st.ClaimCall(ctx, store.ClaimCallParams{Call: rec, Preview: pv, Events: []store.AuditEvent{ev}})
+	if err != nil {
+		return nil, storeFault(err)
+	}
+	if !claimed {
+		return e.lostClaim(ctx, c, held)
+	}
+	c.callID, pv.CallID = held.ID, held.ID
+	return e.previewResponse(c, pv), nil
+}
+
+// runPreview calls the tool's Preview with a bounded time, recovering panics.
+func (e *Executor) runPreview(ctx context.Context, c *call) (pr *toolkit.PreviewResult, err error) {
+	pv, ok := c.entry.Impl.(toolkit.Previewer)
+	if !ok {
+		return nil, fmt.Errorf("tool %q cannot preview", c.tool.Name)
+	}
+	limit := min(timeoutOf(c.tool), maxPreviewTime)
+	pctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	dl, _ := pctx.Deadline()
+	defer func() {
+		if r := recover(); r != nil {
+			e.log.Error("tool preview panicked", "tool", c.tool.Name, "action", c.action.Name,
+				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			pr, err = nil, fmt.Errorf("preview panicked")
+		}
+	}()
+	pr, err = pv.Preview(pctx, e.toolCall(c, 0, dl, nil))
+	if err == nil && pr == nil {
+		err = fmt.Errorf("preview returned nothing")
+	}
+	return pr, err
+}
+
+// lostClaim answers a request whose claim found the key held by a
+// concurrent request: it is answered as a retry would be.
+func (e *Executor) lostClaim(ctx context.Context, c *call, held *store.Call) (*Response, error) {
+	c.rounds++
+	if c.rounds >= maxRounds {
+		return nil, e.inProgress(ctx, c)
+	}
+	resp, goOn, err := e.resume(ctx, c, held)
+	if !goOn {
+		return resp, err
+	}
+	return e.evaluate(ctx, c)
+}
+
+// newRecord builds the call record claimed for c.
+func (e *Executor) newRecord(c *call, state store.CallState, now time.Time) *store.Call {
+	rec := &store.Call{
+		ID: c.callID, PrincipalID: c.principal.ID, IdempotencyKey: c.key, Fingerprint: c.fingerprint,
+		Tool: c.tool.Name, Action: c.action.Name, ToolVersion: c.tool.Version, State: state,
+		TraceID: c.req.TraceID, TaskID: c.req.TaskID, StepID: c.req.StepID,
+		Risk: c.risk, Decision: c.decision,
+		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(e.idem.Retention),
+	}
+	if state == store.CallInProgress {
+		rec.AttemptCount = 1
+		rec.LeaseExpiresAt = now.Add(e.idem.Lease)
+	}
+	return rec
+}
+
+func (e *Executor) approvalResponse(c *call, ap *store.Approval) *Response {
+	r := e.answer(c, store.OutcomeApprovalRequired, &store.Result{Success: false, Message: fmt.Sprintf(
+		"This call needs a person's approval (%s risk at %s autonomy). Approval %s is pending until %s. "+
+			"Once it is approved, call again with the same idempotency key and arguments.",
+		c.risk, c.autonomy, ap.ID, ap.ExpiresAt.UTC().Format(time.RFC3339))})
+	r.Approval = ap
+	return r
+}
+
+func (e *Executor) previewResponse(c *call, pv *store.Preview) *Response {
+	msg := "Preview of this call"
+	if pv.Message != "" {
+		msg += ": " + pv.Message
+	}
+	r := e.answer(c, store.OutcomePreviewRequired, &store.Result{Success: false, Message: msg +
+		". To execute it, call again with the same idempotency key and arguments and context.preview_token set to the preview's token.",
+		Value: pv.Value})
+	r.Preview = pv
+	return r
+}
+
+// newToken returns an unguessable preview token.
+func newToken() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b) // crypto/rand.Read never returns an error
+	return "pvw_" + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// timeoutOf is the tool's timeout, 30s when unset.
+func timeoutOf(t *store.Tool) time.Duration {
+	if t.Timeout > 0 {
+		return t.Timeout
+	}
+	return 30 * time.Second
+}

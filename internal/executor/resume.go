@@ -1,0 +1,221 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/audit"
+	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/store"
+)
+
+// maxRounds bounds how often one request re-reads a record that moved under
+// it (a concurrent request claimed, consumed or finished it). Each round
+// observes a newer state, so a handful always suffices; past it the caller
+// is told the call is in progress.
+const maxRounds = 4
+
+// inProgressRetry is the retry hint for CALL_IN_PROGRESS.
+const inProgressRetry = time.Second
+
+// resume decides what an existing record under the call's key means for
+// this request (step 4): a replay, a refusal, the parked call's approval or
+// preview again, or (goOn) that the pipeline continues — the key was
+// released, or the call was approved or previewed and may now run.
+func (e *Executor) resume(ctx context.Context, c *call, ex *store.Call) (resp *Response, goOn bool, err error) {
+	for round := 0; ; round++ {
+		if round >= maxRounds {
+			return nil, false, e.inProgress(ctx, c)
+		}
+		if ex.Tool != c.req.Tool || ex.Action != c.req.Action || ex.Fingerprint != c.fingerprint {
+			c.callID = ex.ID
+			return nil, false, e.reject(ctx, c, fault.New(fault.FailedPrecondition, fault.ReasonKeyReused,
+				"idempotency key %q was used for another call (%s.%s with other arguments); use a new key for a new call",
+				c.key, ex.Tool, ex.Action).With("call_id", ex.ID))
+		}
+		c.callID = ex.ID
+		var moved bool
+		switch {
+		case ex.State.Final():
+			resp, err := e.replay(ctx, c, ex)
+			return resp, false, err
+		case ex.State == store.CallInProgress:
+			return nil, false, e.inProgress(ctx, c)
+		case ex.State == store.CallReleased:
+			return nil, true, nil
+		case ex.State == store.CallAwaitingApproval:
+			resp, goOn, moved, err = e.resumeApproval(ctx, c, ex)
+		case ex.State == store.CallAwaitingPreview:
+			resp, goOn, moved, err = e.resumePreview(ctx, c, ex)
+		default:
+			return nil, false, fault.New(fault.Internal, fault.ReasonInternal, "call %s is in an unknown state", ex.ID)
+		}
+		if !moved {
+			return resp, goOn, err
+		}
+		// The parked call moved on meanwhile (consumed, denied, expired):
+		// read it again and answer what it is now.
+		if ex, err = e.st.GetCall(ctx, ex.ID); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return nil, false, e.inProgress(ctx, c)
+			}
+			return nil, false, storeFault(err)
+		}
+	}
+}
+
+// replay answers a call that has a stored outcome.
+func (e *Executor) replay(ctx context.Context, c *call, ex *store.Call) (*Response, error) {
+	outcome := outcomeOf(ex.State)
+	c.risk, c.decision = ex.Risk, ex.Decision
+	if err := e.appendEvents(ctx, e.event(c, audit.ToolCallDeduped, outcome,
+		map[string]any{"attempt": ex.AttemptCount, "state": string(ex.State)})); err != nil {
+		return nil, err
+	}
+	return &Response{
+		CallID: ex.ID, IdempotencyKey: ex.IdempotencyKey, Outcome: outcome, Deduped: true,
+		Result: ex.Result, Risk: ex.Risk, Decision: ex.Decision, Attempt: ex.AttemptCount,
+	}, nil
+}
+
+func (e *Executor) inProgress(ctx context.Context, c *call) error {
+	return e.reject(ctx, c, fault.New(fault.Aborted, fault.ReasonCallInProgress,
+		"a call with idempotency key %q is still executing; retry to get its outcome", c.key).
+		With("call_id", c.callID).WithRetry(inProgressRetry))
+}
+
+// resumeApproval handles a call parked behind an approval.
+func (e *Executor) resumeApproval(ctx context.Context, c *call, ex *store.Call) (resp *Response, goOn, moved bool, err error) {
+	ap, err := e.st.GetApproval(ctx, ex.ApprovalID)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, false, true, nil
+		}
+		return nil, false, false, storeFault(err)
+	}
+	if c.req.ApprovalID != "" && c.req.ApprovalID != ap.ID {
+		return nil, false, false, e.reject(ctx, c, fault.New(fault.FailedPrecondition, fault.ReasonApprovalInvalidated,
+			"approval %q does not belong to this call (idempotency key %q is waiting for approval %q)",
+			c.req.ApprovalID, c.key, ap.ID).With("approval_id", ap.ID))
+	}
+	c.risk, c.decision = ex.Risk, ex.Decision
+	now := e.now()
+	switch ap.State {
+	case store.ApprovalPending, store.ApprovalApproved:
+	default:
+		// Denied, consumed, expired or invalidated: the call record has moved
+		// (or is about to) with it.
+		return nil, false, true, nil
+	}
+	if !now.Before(ap.ExpiresAt) {
+		err := e.releaseParked(ctx, c, ex, store.ApprovalExpired, "", audit.ApprovalExpired,
+			map[string]any{"approval_id": ap.ID, "expire_time": ap.ExpiresAt})
+		if err != nil {
+			return nil, false, false, err
+		}
+		return nil, false, false, e.reject(ctx, c, fault.New(fault.FailedPrecondition, fault.ReasonApprovalExpired,
+			"approval %s expired at %s without being used; call again with the same key to request a new approval",
+			ap.ID, ap.ExpiresAt.UTC().Format(time.RFC3339)).With("approval_id", ap.ID))
+	}
+	if ap.ToolVersion != c.tool.Version {
+		err := e.releaseParked(ctx, c, ex, store.ApprovalInvalidated, "", audit.ApprovalInvalidated,
+			map[string]any{"approval_id": ap.ID, "approved_version": ap.ToolVersion, "tool_version": c.tool.Version})
+		if err != nil {
+			return nil, false, false, err
+		}
+		return nil, false, false, e.reject(ctx, c, fault.New(fault.FailedPrecondition, fault.ReasonApprovalInvalidated,
+			"tool %q changed (version %d, approval was for version %d) since approval %s was requested; call again with the same key to request a new approval",
+			c.tool.Name, c.tool.Version, ap.ToolVersion, ap.ID).With("approval_id", ap.ID))
+	}
+	if ap.State == store.ApprovalPending {
+		if err := e.appendEvents(ctx, e.event(c, audit.ToolCallDeduped, store.OutcomeApprovalRequired,
+			map[string]any{"approval_id": ap.ID, "state": string(ex.State)})); err != nil {
+			return nil, false, false, err
+		}
+		r := e.approvalResponse(c, ap)
+		r.Deduped = true
+		return r, false, false, nil
+	}
+	c.parked, c.approval = ex, ap
+	return nil, true, false, nil
+}
+
+// resumePreview handles a call parked behind a preview.
+func (e *Executor) resumePreview(ctx context.Context, c *call, ex *store.Call) (resp *Response, goOn, moved bool, err error) {
+	pv, err := e.st.GetPreview(ctx, ex.PreviewToken)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, false, true, nil
+		}
+		return nil, false, false, storeFault(err)
+	}
+	if pv.State != store.PreviewPending {
+		return nil, false, true, nil
+	}
+	c.risk, c.decision = ex.Risk, ex.Decision
+	now := e.now()
+	if !now.Before(pv.ExpiresAt) || pv.ToolVersion != c.tool.Version {
+		why := "expired at " + pv.ExpiresAt.UTC().Format(time.RFC3339)
+		if pv.ToolVersion != c.tool.Version {
+			why = "no longer matches the tool, which changed since"
+		}
+		err := e.releaseParked(ctx, c, ex, "", store.PreviewExpired, audit.PreviewExpired,
+			map[string]any{"expire_time": pv.ExpiresAt, "preview_version": pv.ToolVersion, "tool_version": c.tool.Version})
+		if err != nil {
+			return nil, false, false, err
+		}
+		return nil, false, false, e.reject(ctx, c, fault.New(fault.FailedPrecondition, fault.ReasonPreviewExpired,
+			"the preview of this call %s; call again with the same key, without preview_token, for a new preview", why))
+	}
+	switch c.req.PreviewToken {
+	case "":
+		if err := e.appendEvents(ctx, e.event(c, audit.ToolCallDeduped, store.OutcomePreviewRequired,
+			map[string]any{"state": string(ex.State)})); err != nil {
+			return nil, false, false, err
+		}
+		r := e.previewResponse(c, pv)
+		r.Deduped = true
+		return r, false, false, nil
+	case pv.Token:
+		c.parked, c.preview = ex, pv
+		return nil, true, false, nil
+	default:
+		return nil, false, false, e.reject(ctx, c, fault.New(fault.FailedPrecondition, fault.ReasonPreviewTokenMismatch,
+			"preview_token does not match the preview pending for idempotency key %q", c.key))
+	}
+}
+
+// releaseParked frees a parked call whose approval or preview can no longer
+// be used, recording why. A concurrent release (the reaper, another retry)
+// is not an error.
+func (e *Executor) releaseParked(ctx context.Context, c *call, ex *store.Call, as store.ApprovalState, ps store.PreviewState, evType string, detail map[string]any) error {
+	now := e.now()
+	_, err := e.st.ReleaseParkedCall(ctx, store.ReleaseParkedCallParams{
+		CallID: ex.ID, From: ex.State, ApprovalState: as, PreviewState: ps,
+		Now: now, ExpiresAt: now.Add(e.idem.Retention),
+		Events: []store.AuditEvent{e.event(c, evType, "", detail)},
+	})
+	if err != nil && !errors.Is(err, store.ErrConflict) {
+		return storeFault(err)
+	}
+	return nil
+}
+
+// outcomeOf maps a final call state to the outcome replayed for it.
+func outcomeOf(s store.CallState) store.Outcome {
+	switch s {
+	case store.CallSucceeded:
+		return store.OutcomeSucceeded
+	case store.CallFailed:
+		return store.OutcomeFailed
+	case store.CallDenied:
+		return store.OutcomeDenied
+	case store.CallAwaitingApproval:
+		return store.OutcomeApprovalRequired
+	case store.CallAwaitingPreview:
+		return store.OutcomePreviewRequired
+	default:
+		return store.OutcomeUnknown
+	}
+}

@@ -1,0 +1,210 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/executor"
+	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/store"
+)
+
+// Conversions for calls, approvals, previews, health and audit events.
+
+var (
+	outcomes = map[store.Outcome]toolsvcv1.Outcome{
+		store.OutcomeSucceeded:        toolsvcv1.Outcome_OUTCOME_SUCCEEDED,
+		store.OutcomeFailed:           toolsvcv1.Outcome_OUTCOME_FAILED,
+		store.OutcomeUnknown:          toolsvcv1.Outcome_OUTCOME_UNKNOWN,
+		store.OutcomeApprovalRequired: toolsvcv1.Outcome_OUTCOME_APPROVAL_REQUIRED,
+		store.OutcomePreviewRequired:  toolsvcv1.Outcome_OUTCOME_PREVIEW_REQUIRED,
+		store.OutcomeDenied:           toolsvcv1.Outcome_OUTCOME_DENIED,
+	}
+	decisions = map[store.GateDecision]toolsvcv1.GateDecision{
+		store.DecisionAllow:   toolsvcv1.GateDecision_GATE_DECISION_ALLOW,
+		store.DecisionPreview: toolsvcv1.GateDecision_GATE_DECISION_PREVIEW,
+		store.DecisionConfirm: toolsvcv1.GateDecision_GATE_DECISION_CONFIRM,
+		store.DecisionDeny:    toolsvcv1.GateDecision_GATE_DECISION_DENY,
+	}
+	callStates = map[store.CallState]toolsvcv1.CallState{
+		store.CallAwaitingApproval: toolsvcv1.CallState_CALL_STATE_AWAITING_APPROVAL,
+		store.CallAwaitingPreview:  toolsvcv1.CallState_CALL_STATE_AWAITING_PREVIEW,
+		store.CallInProgress:       toolsvcv1.CallState_CALL_STATE_IN_PROGRESS,
+		store.CallSucceeded:        toolsvcv1.CallState_CALL_STATE_SUCCEEDED,
+		store.CallFailed:           toolsvcv1.CallState_CALL_STATE_FAILED,
+		store.CallUnknown:          toolsvcv1.CallState_CALL_STATE_UNKNOWN,
+		store.CallDenied:           toolsvcv1.CallState_CALL_STATE_DENIED,
+		store.CallReleased:         toolsvcv1.CallState_CALL_STATE_RELEASED,
+	}
+	approvalStates = map[store.ApprovalState]toolsvcv1.ApprovalState{
+		store.ApprovalPending:     toolsvcv1.ApprovalState_APPROVAL_STATE_PENDING,
+		store.ApprovalApproved:    toolsvcv1.ApprovalState_APPROVAL_STATE_APPROVED,
+		store.ApprovalDenied:      toolsvcv1.ApprovalState_APPROVAL_STATE_DENIED,
+		store.ApprovalExpired:     toolsvcv1.ApprovalState_APPROVAL_STATE_EXPIRED,
+		store.ApprovalConsumed:    toolsvcv1.ApprovalState_APPROVAL_STATE_CONSUMED,
+		store.ApprovalInvalidated: toolsvcv1.ApprovalState_APPROVAL_STATE_INVALIDATED,
+	}
+	healthStatuses = map[store.HealthStatus]toolsvcv1.HealthStatus{
+		store.HealthHealthy:     toolsvcv1.HealthStatus_HEALTH_STATUS_HEALTHY,
+		store.HealthDegraded:    toolsvcv1.HealthStatus_HEALTH_STATUS_DEGRADED,
+		store.HealthUnavailable: toolsvcv1.HealthStatus_HEALTH_STATUS_UNAVAILABLE,
+	}
+)
+
+// reverse inverts an enum map (for request filters).
+func reverse[K comparable, V comparable](m map[K]V) map[V]K {
+	out := make(map[V]K, len(m))
+	for k, v := range m {
+		out[v] = k
+	}
+	return out
+}
+
+var (
+	approvalStatesFromProto = reverse(approvalStates)
+	healthStatusesFromProto = reverse(healthStatuses)
+)
+
+// resultToProto converts a stored result, adding the text an agent hands to
+// the model: the message, then the value as JSON unless it is excluded.
+func resultToProto(r *store.Result) (*toolsvcv1.ToolResult, error) {
+	if r == nil {
+		return nil, nil
+	}
+	v, err := jsonToValue(r.Value)
+	if err != nil {
+		return nil, fmt.Errorf("result value: %w", err)
+	}
+	text := r.Message
+	if len(r.Value) > 0 && !r.ExcludeValueFromContext {
+		if text != "" {
+			text += "\n\n"
+		}
+		text += string(r.Value)
+	}
+	return &toolsvcv1.ToolResult{
+		Success: r.Success, Message: r.Message, Value: v,
+		ExcludeValueFromContext: r.ExcludeValueFromContext, ModelText: text,
+	}, nil
+}
+
+func executeResponseToProto(r *executor.Response) (*toolsvcv1.ExecuteToolResponse, error) {
+	res, err := resultToProto(r.Result)
+	if err != nil {
+		return nil, err
+	}
+	pb := &toolsvcv1.ExecuteToolResponse{
+		CallId: r.CallID, IdempotencyKey: r.IdempotencyKey, Outcome: outcomes[r.Outcome],
+		Deduped: r.Deduped, Result: res, Risk: riskToProto(r.Risk), GateDecision: decisions[r.Decision],
+		Attempt: int32(r.Attempt),
+	}
+	if r.Outcome == store.OutcomeApprovalRequired && r.Approval != nil {
+		if pb.Approval, err = approvalToProto(r.Approval); err != nil {
+			return nil, err
+		}
+	}
+	if r.Preview != nil {
+		if pb.Preview, err = previewToProto(r.Preview); err != nil {
+			return nil, err
+		}
+	}
+	return pb, nil
+}
+
+func previewToProto(p *store.Preview) (*toolsvcv1.Preview, error) {
+	v, err := jsonToValue(p.Value)
+	if err != nil {
+		return nil, fmt.Errorf("preview value: %w", err)
+	}
+	return &toolsvcv1.Preview{Token: p.Token, Message: p.Message, Value: v, ExpireTime: timeToProto(p.ExpiresAt)}, nil
+}
+
+func approvalToProto(a *store.Approval) (*toolsvcv1.Approval, error) {
+	args, err := jsonToStruct(a.Arguments)
+	if err != nil {
+		return nil, fmt.Errorf("approval arguments: %w", err)
+	}
+	return &toolsvcv1.Approval{
+		ApprovalId: a.ID, State: approvalStates[a.State], CallId: a.CallID, Requester: a.Requester,
+		Tool: a.Tool, Action: a.Action, ToolVersion: a.ToolVersion, Arguments: args,
+		ArgumentsFingerprint: a.Fingerprint, IdempotencyKey: a.IdempotencyKey, Risk: riskToProto(a.Risk),
+		TraceId: a.TraceID, TaskId: a.TaskID, CreateTime: timeToProto(a.CreatedAt),
+		ExpireTime: timeToProto(a.ExpiresAt), Resolver: a.Resolver, Comment: a.Comment,
+		ResolveTime: timeToProto(a.ResolvedAt),
+	}, nil
+}
+
+func callToProto(c *store.Call) (*toolsvcv1.Call, error) {
+	res, err := resultToProto(c.Result)
+	if err != nil {
+		return nil, err
+	}
+	pb := &toolsvcv1.Call{
+		CallId: c.ID, Principal: c.PrincipalID, IdempotencyKey: c.IdempotencyKey, Tool: c.Tool,
+		Action: c.Action, ToolVersion: c.ToolVersion, State: callStates[c.State],
+		ArgumentsFingerprint: c.Fingerprint, TraceId: c.TraceID, TaskId: c.TaskID, StepId: c.StepID,
+		Risk: riskToProto(c.Risk), GateDecision: decisions[c.Decision], ApprovalId: c.ApprovalID,
+		Result: res, AttemptCount: int32(c.AttemptCount), ResolvedBy: c.ResolvedBy,
+		ResolutionComment: c.ResolutionComment, CreateTime: timeToProto(c.CreatedAt),
+		UpdateTime: timeToProto(c.UpdatedAt), ExpireTime: timeToProto(c.ExpiresAt),
+	}
+	if c.State == store.CallInProgress {
+		pb.LeaseExpireTime = timeToProto(c.LeaseExpiresAt)
+	}
+	return pb, nil
+}
+
+func healthToProto(h *store.ToolHealth) *toolsvcv1.ToolHealth {
+	return &toolsvcv1.ToolHealth{
+		Tool: h.Tool, Status: healthStatuses[h.Status], LastSuccessTime: timeToProto(h.LastSuccessAt),
+		LastError: h.LastError, LastErrorTime: timeToProto(h.LastErrorAt),
+		ConsecutiveErrors: int32(h.ConsecutiveErrors), RateLimitResetTime: timeToProto(h.RateLimitResetsAt),
+		CooldownEndTime: timeToProto(h.CooldownUntil), Drained: h.Drained, OverrideBy: h.OverrideBy,
+		OverrideReason: h.OverrideReason, UpdateTime: timeToProto(h.UpdatedAt),
+	}
+}
+
+func auditEventToProto(e *store.AuditEvent) (*toolsvcv1.AuditEvent, error) {
+	pb := &toolsvcv1.AuditEvent{
+		EventId: e.ID, Sequence: e.Seq, Time: timeToProto(e.Time), Type: e.Type, CallId: e.CallID,
+		TraceId: e.TraceID, TaskId: e.TaskID, StepId: e.StepID, Principal: e.Principal, Tool: e.Tool,
+		Action: e.Action, Risk: riskToProto(e.Risk), GateDecision: decisions[e.Decision],
+		Outcome: outcomes[e.Outcome],
+	}
+	if len(e.Detail) > 0 {
+		// Details hold JSON values of any Go shape (times, raw JSON): pass
+		// them through JSON so structpb sees only plain values.
+		b, err := json.Marshal(e.Detail)
+		if err != nil {
+			return nil, fmt.Errorf("audit detail: %w", err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, fmt.Errorf("audit detail: %w", err)
+		}
+		if pb.Detail, err = structpb.NewStruct(m); err != nil {
+			return nil, fmt.Errorf("audit detail: %w", err)
+		}
+	}
+	return pb, nil
+}
+
+// executeRequestFromProto converts an ExecuteTool request. Arguments arrive
+// as a Struct, which is always a JSON object.
+func executeRequestFromProto(req *toolsvcv1.ExecuteToolRequest) (executor.Request, error) {
+	var v fault.Violations
+	args := structToJSON(req.GetArguments(), "arguments", &v)
+	if err := v.Err("malformed ExecuteTool request"); err != nil {
+		return executor.Request{}, err
+	}
+	c := req.GetContext()
+	return executor.Request{
+		Tool: req.GetTool(), Action: req.GetAction(), Arguments: args,
+		TraceID: c.GetTraceId(), TaskID: c.GetTaskId(), StepID: c.GetStepId(),
+		IdempotencyKey: c.GetIdempotencyKey(), Autonomy: autonomyFromProto(c.GetAutonomyLevel()),
+		Scopes: c.GetScopes(), ApprovalID: c.GetApprovalId(), PreviewToken: c.GetPreviewToken(),
+	}, nil
+}
