@@ -169,7 +169,7 @@ func ApprovalExpiredEvent(a *store.Approval, now time.Time) store.AuditEvent {
 		Detail: map[string]any{
 			"approval_id": a.ID,
 			// PENDING: nobody resolved it; APPROVED: approved but never used.
-			"was":        string(stateBeforeExpiry(a)),
+			"was":         string(stateBeforeExpiry(a)),
 			"expire_time": a.ExpiresAt.UTC().Format(time.RFC3339Nano),
 		},
 	})
