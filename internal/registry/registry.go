@@ -219,6 +219,13 @@ func (r *Registry) reloadOne(ctx context.Context, name string) error {
 	return nil
 }
 
+// writeTicket is the ticket of a change this replica has just committed. It
+// is taken after the commit, never before: a reload that read the store
+// before the commit holds an earlier ticket and so can never overwrite the
+// change with what it read (which would, for a moment, bring back a tool
+// just deregistered).
+func (r *Registry) writeTicket() uint64 { return r.tickets.Add(1) }
+
 // listPage is the page size of a full reload.
 const listPage = 500
 
@@ -251,11 +258,11 @@ func (r *Registry) reloadAll(ctx context.Context) error {
 
 // apply installs changes (nil removes a tool) in a new snapshot.
 //
-// Every change carries a ticket taken before the store was read or written.
-// A read that started later sees at least every commit that finished before
-// it started, so a change is applied only if no change with a later ticket
-// was applied to that tool already: an older read that finishes last never
-// overwrites newer data. Within one incarnation of a tool (same CreatedAt)
+// Every read carries a ticket taken before the store was read, every write
+// one taken after its commit (writeTicket). A read that started later sees
+// at least every commit that finished before it started, so a change is
+// applied only if no change with a later ticket was applied to that tool
+// already: an older read that finishes last never overwrites newer data. Within one incarnation of a tool (same CreatedAt)
 // versions only grow, so there the version decides instead, which keeps
 // concurrent writers on this replica from installing each other's older
 // versions. Either way, every commit is followed by a notification whose
@@ -409,7 +416,6 @@ func (r *Registry) Register(ctx context.Context, p RegisterParams) (*store.Tool,
 func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParams) (*store.Tool, bool, error) {
 	name := prep.tool.Name
 	for attempt := 0; attempt < registerAttempts; attempt++ {
-		ticket := r.tickets.Add(1)
 		cur, err := r.store.GetTool(ctx, name)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
@@ -431,7 +437,7 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 			if err != nil {
 				return nil, false, fmt.Errorf("registry: create tool %q: %w", name, err)
 			}
-			r.apply(ticket, map[string]*Entry{name: entryFrom(t, prep)})
+			r.apply(r.writeTicket(), map[string]*Entry{name: entryFrom(t, prep)})
 			r.log.InfoContext(ctx, "tool registered", "tool", name, "version", t.Version, "source", t.Source, "actor", p.Actor)
 			return t, true, nil
 		case err != nil:
@@ -461,7 +467,7 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 		case err != nil:
 			return nil, false, fmt.Errorf("registry: update tool %q: %w", name, err)
 		}
-		r.apply(ticket, map[string]*Entry{name: entryFrom(t, prep)})
+		r.apply(r.writeTicket(), map[string]*Entry{name: entryFrom(t, prep)})
 		r.log.InfoContext(ctx, "tool updated", "tool", name, "version", t.Version, "source", t.Source, "actor", p.Actor)
 		return t, false, nil
 	}
@@ -490,7 +496,6 @@ func wouldStore(t *store.Tool, version int64, created, now time.Time) *store.Too
 // It returns the tool as it was.
 func (r *Registry) Deregister(ctx context.Context, name string, expectedVersion int64, actor string) (*store.Tool, error) {
 	for attempt := 0; attempt < registerAttempts; attempt++ {
-		ticket := r.tickets.Add(1)
 		// Read first: the event records the version that was removed.
 		cur, err := r.store.GetTool(ctx, name)
 		if errors.Is(err, store.ErrNotFound) {
@@ -511,7 +516,7 @@ func (r *Registry) Deregister(ctx context.Context, name string, expectedVersion 
 		case errors.Is(err, store.ErrNotFound):
 			// Removed concurrently: apply it here too, then answer as if it
 			// had not been there.
-			r.apply(ticket, map[string]*Entry{name: nil})
+			r.apply(r.writeTicket(), map[string]*Entry{name: nil})
 			return nil, toolNotFound(name)
 		case errors.Is(err, store.ErrConflict) && expectedVersion != 0:
 			return nil, versionConflict(name, expectedVersion, -1)
@@ -520,7 +525,7 @@ func (r *Registry) Deregister(ctx context.Context, name string, expectedVersion 
 		case err != nil:
 			return nil, fmt.Errorf("registry: delete tool %q: %w", name, err)
 		}
-		r.apply(ticket, map[string]*Entry{name: nil})
+		r.apply(r.writeTicket(), map[string]*Entry{name: nil})
 		r.log.InfoContext(ctx, "tool deregistered", "tool", name, "version", t.Version, "actor", actor)
 		return t, nil
 	}

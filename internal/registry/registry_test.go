@@ -827,3 +827,52 @@ func TestLoadKeepsToolsThatNoLongerValidate(t *testing.T) {
 		t.Fatalf("uncompilable schema must fail the call as an internal error, got %v", err)
 	}
 }
+
+// deleteHookStore runs a function inside DeleteTool, before the delete
+// commits.
+type deleteHookStore struct {
+	store.Store
+	beforeDelete func()
+}
+
+func (s *deleteHookStore) DeleteTool(ctx context.Context, p store.DeleteToolParams) (*store.Tool, error) {
+	if s.beforeDelete != nil {
+		s.beforeDelete()
+	}
+	return s.Store.DeleteTool(ctx, p)
+}
+
+// A reload that reads the store while a deregistration is under way (read
+// before the delete commits, applied after it) must not bring the tool back
+// into this replica's cache.
+func TestDeregisterNotUndoneByConcurrentReload(t *testing.T) {
+	ctx := context.Background()
+	hs := &deleteHookStore{Store: newMemoryStore(t)}
+	r := newTestRegistry(t, hs)
+	if _, _, err := r.Register(ctx, RegisterParams{Tool: goodTool(), Source: store.SourceAPI, Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	name := goodTool().Name
+	var reloadTicket uint64
+	var seen *store.Tool
+	hs.beforeDelete = func() {
+		// The reload starts after the deregistration did, and reads the tool
+		// before the delete commits.
+		reloadTicket = r.tickets.Add(1)
+		var err error
+		if seen, err = hs.Store.GetTool(ctx, name); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := r.Deregister(ctx, name, 0, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Lookup(name); ok {
+		t.Fatal("tool still cached right after Deregister")
+	}
+	// The reload finishes last.
+	r.apply(reloadTicket, map[string]*Entry{name: r.entryFor(ctx, seen)})
+	if _, ok := r.Lookup(name); ok {
+		t.Fatal("a reload that read before the delete committed brought the tool back")
+	}
+}
