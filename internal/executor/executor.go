@@ -361,12 +361,12 @@ func (e *Executor) checkEnvelope(ctx context.Context, c *call) error {
 			v.Add("context.idempotency_key", "%s", err.Error())
 		}
 	}
-	for field, val := range map[string]string{
-		"context.trace_id": r.TraceID, "context.task_id": r.TaskID, "context.step_id": r.StepID,
-		"context.approval_id": r.ApprovalID, "context.preview_token": r.PreviewToken,
+	for _, f := range []struct{ field, val string }{
+		{"context.trace_id", r.TraceID}, {"context.task_id", r.TaskID}, {"context.step_id", r.StepID},
+		{"context.approval_id", r.ApprovalID}, {"context.preview_token", r.PreviewToken},
 	} {
-		if len(val) > maxContextID || !printable(val) {
-			v.Add(field, "must be at most %d printable ASCII characters", maxContextID)
+		if len(f.val) > maxContextID || !printable(f.val) {
+			v.Add(f.field, "must be at most %d printable ASCII characters", maxContextID)
 		}
 	}
 	if r.Autonomy != toolkit.AutonomyUnspecified && !r.Autonomy.Valid() {
