@@ -20,8 +20,9 @@ type approvalListFilters struct {
 // approvalServer serves ApprovalService.
 type approvalServer struct {
 	toolsvcv1.UnimplementedApprovalServiceServer
-	ex *executor.Executor
-	st store.Store
+	ex      *executor.Executor
+	st      store.Store
+	streams *streamGroup
 }
 
 // ListApprovals returns approvals newest first.
@@ -121,7 +122,9 @@ func (s *approvalServer) WatchApprovals(req *toolsvcv1.WatchApprovalsRequest, st
 			return err
 		}
 	}
-	return s.ex.WatchApprovals(stream.Context(), req.GetTool(), func(a *store.Approval) error {
+	ctx, cancel := s.streams.context(stream.Context())
+	defer cancel()
+	return s.ex.WatchApprovals(ctx, req.GetTool(), func(a *store.Approval) error {
 		pb, err := approvalToProto(a)
 		if err != nil {
 			return err

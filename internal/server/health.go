@@ -19,6 +19,7 @@ type healthListFilters struct {
 type healthServer struct {
 	toolsvcv1.UnimplementedToolHealthServiceServer
 	tracker *health.Tracker
+	streams *streamGroup
 }
 
 // GetToolHealth returns one tool's health.
@@ -71,7 +72,8 @@ func (s *healthServer) WatchToolHealth(req *toolsvcv1.WatchToolHealthRequest, st
 	if err := v.Err("invalid request"); err != nil {
 		return err
 	}
-	ctx := stream.Context()
+	ctx, cancel := s.streams.context(stream.Context())
+	defer cancel()
 	for h := range s.tracker.Watch(ctx, req.GetTools()) {
 		if err := stream.Send(&toolsvcv1.WatchToolHealthResponse{Health: healthToProto(&h)}); err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -60,7 +61,10 @@ type Options struct {
 
 // Server is toolsvc's gRPC server.
 type Server struct {
-	grpc     *grpc.Server
+	grpc *grpc.Server
+	// streams ends the long-lived watch streams when draining starts: they
+	// never finish on their own, and GracefulStop would wait for them.
+	streams  *streamGroup
 	health   *grpchealth.Server
 	store    store.Store
 	log      *slog.Logger
@@ -99,6 +103,7 @@ func New(o Options) (*Server, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := &Server{
+		streams:  &streamGroup{done: make(chan struct{})},
 		health:   grpchealth.NewServer(),
 		store:    o.Store,
 		log:      log,
@@ -121,8 +126,8 @@ func New(o Options) (*Server, error) {
 	)
 	toolsvcv1.RegisterRegistryServiceServer(s.grpc, &registryServer{reg: o.Registry})
 	toolsvcv1.RegisterToolExecutionServiceServer(s.grpc, &executionServer{ex: o.Executor})
-	toolsvcv1.RegisterApprovalServiceServer(s.grpc, &approvalServer{ex: o.Executor, st: o.Store})
-	toolsvcv1.RegisterToolHealthServiceServer(s.grpc, &healthServer{tracker: o.Health})
+	toolsvcv1.RegisterApprovalServiceServer(s.grpc, &approvalServer{ex: o.Executor, st: o.Store, streams: s.streams})
+	toolsvcv1.RegisterToolHealthServiceServer(s.grpc, &healthServer{tracker: o.Health, streams: s.streams})
 	toolsvcv1.RegisterAuditServiceServer(s.grpc, &auditServer{st: o.Store})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -161,6 +166,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	<-watched
 	s.health.Shutdown()
 	s.log.Info("shutting down: draining in-flight calls", "timeout", s.drain.String())
+	s.streams.close()
 
 	stopped := make(chan struct{})
 	go func() {
@@ -234,4 +240,26 @@ func principalFrom(ctx context.Context) (*auth.Principal, error) {
 		return nil, fault.New(fault.Internal, fault.ReasonInternal, "no principal in the call context")
 	}
 	return p, nil
+}
+
+// streamGroup lets watch streams end when the server starts draining.
+type streamGroup struct {
+	once sync.Once
+	done chan struct{}
+}
+
+func (g *streamGroup) close() { g.once.Do(func() { close(g.done) }) }
+
+// context returns ctx, also cancelled when the server starts draining. The
+// caller must call the cancel function when the stream ends.
+func (g *streamGroup) context(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-g.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }

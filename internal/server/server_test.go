@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -454,5 +455,56 @@ func TestShutdownTimeoutCancelsStragglers(t *testing.T) {
 	}
 	if !strings.Contains(h.log.String(), "shutdown timeout passed") {
 		t.Fatalf("forced stop not logged:\n%s", h.log.String())
+	}
+}
+
+// Watch streams never end on their own; draining must end them rather than
+// wait for the shutdown timeout.
+func TestShutdownEndsWatchStreams(t *testing.T) {
+	h := start(t, harnessOptions{shutdownTimeout: 10 * time.Second})
+	ctx := testCtx(t)
+	hw, err := toolsvcv1.NewToolHealthServiceClient(h.conn).WatchToolHealth(ctx, &toolsvcv1.WatchToolHealthRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aw, err := toolsvcv1.NewApprovalServiceClient(h.conn).WatchApprovals(ctx, &toolsvcv1.WatchApprovalsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both streams are established once the server has taken them: a unary
+	// call after them on the same connection is served after they started.
+	if _, err := toolsvcv1.NewRegistryServiceClient(h.conn).ListTools(ctx, &toolsvcv1.ListToolsRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 2)
+	for _, recv := range []func() error{
+		func() error { _, err := hw.Recv(); return err },
+		func() error { _, err := aw.Recv(); return err },
+	} {
+		go func() {
+			for {
+				if err := recv(); err != nil {
+					ended <- err
+					return
+				}
+			}
+		}()
+	}
+	start := time.Now()
+	if err := h.stop(); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("shutdown took %s with watch streams open; they should end when draining starts", took)
+	}
+	for range 2 {
+		select {
+		case err := <-ended:
+			if err != io.EOF && status.Code(err) != codes.Canceled && status.Code(err) != codes.Unavailable {
+				t.Fatalf("watch stream ended with %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a watch stream did not end")
+		}
 	}
 }
