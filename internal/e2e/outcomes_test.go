@@ -2,7 +2,7 @@ package e2e_test
 
 import (
 	"context"
-		"net/url"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
