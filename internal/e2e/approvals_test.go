@@ -378,7 +378,9 @@ func TestApprovals(t *testing.T) {
 
 		t.Run("a changed tool version invalidates the approval", func(t *testing.T) {
 			p, tool := "versioner", e.tools["versioned"]
-			r := func() *toolsvcv1.ExecuteToolRequest { return at(req(t, "versioned", "act", nil, "k-version"), supervised) }
+			r := func() *toolsvcv1.ExecuteToolRequest {
+				return at(req(t, "versioned", "act", nil, "k-version"), supervised)
+			}
 			parked := e.park(t, ctx, p, r())
 			id := parked.Approval.ApprovalId
 			if parked.Approval.ToolVersion != 1 {
