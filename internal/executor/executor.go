@@ -313,8 +313,10 @@ func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
 		return e.answer(c, store.OutcomeDenied, &store.Result{Success: false, Message: msg}), nil
 	}
 
-	// 9. Deadline: refuse before anything is reserved.
-	if dl, ok := ctx.Deadline(); ok && !now.Before(dl) {
+	// 9. Deadline: refuse before anything is reserved. Context deadlines are
+	// wall-clock times: compare them with the wall clock, not e.now (an
+	// injected clock may be anywhere).
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
 		return nil, e.reject(ctx, c, fault.New(fault.DeadlineExceeded, fault.ReasonDeadlineExceeded,
 			"the call's deadline passed before it could be reserved"))
 	}

@@ -33,7 +33,9 @@ func (e *Executor) run(ctx context.Context, c *call) (*Response, error) {
 		return nil, e.reject(ctx, c, err)
 	}
 	now := e.now()
-	deadline := now.Add(timeoutOf(c.tool))
+	// The deadline goes on the tool's context (and in toolkit.Call.Deadline,
+	// which must match it): a wall-clock time, whatever e.now says.
+	deadline := time.Now().Add(timeoutOf(c.tool))
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
