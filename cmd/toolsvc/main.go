@@ -49,7 +49,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv
 	}
 	var ce *config.Error
 	var ue *usageError
+	var xe *exitError
 	switch {
+	case errors.As(err, &xe):
+		return xe.code // the client command has printed why
 	case errors.As(err, &ce):
 		fmt.Fprintf(stderr, "toolsvc: %v\n", ce)
 		return exitUsage
@@ -84,6 +87,12 @@ flags, in increasing precedence.`,
 		newServeCommand(stderr, lookupEnv),
 		newMigrateCommand(stdout, lookupEnv),
 		newVersionCommand(stdout),
+		newCallCommand(lookupEnv),
+		newCallsCommand(lookupEnv),
+		newToolsCommand(lookupEnv),
+		newApprovalsCommand(lookupEnv),
+		newHealthCommand(lookupEnv),
+		newAuditCommand(lookupEnv),
 	)
 	return root
 }

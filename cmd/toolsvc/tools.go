@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+)
+
+// Page size limits of the list RPCs (see the .proto files).
+const (
+	maxPage      = 500
+	maxAuditPage = 1000
+)
+
+func newToolsCommand(lookupEnv env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tools",
+		Short: "List, show, register and deregister tools",
+		Args:  noArgs,
+		RunE:  showHelp,
+	}
+	cf := addClientFlags(cmd)
+	registry := func(c *client) toolsvcv1.RegistryServiceClient { return toolsvcv1.NewRegistryServiceClient(c.conn) }
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the registered tools, by name",
+		Args:  noArgs,
+	}
+	limit := addLimitFlag(list)
+	list.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkLimit(*limit); err != nil {
+			return err
+		}
+		return cf.withClient(cmd, lookupEnv, func(c *client) error {
+			tools, err := collect(c, *limit, maxPage, func(ctx context.Context, size int32, token string) ([]*toolsvcv1.Tool, string, error) {
+				resp, err := registry(c).ListTools(ctx, &toolsvcv1.ListToolsRequest{PageSize: size, PageToken: token})
+				return resp.GetTools(), resp.GetNextPageToken(), err
+			})
+			if err != nil {
+				return err
+			}
+			if c.json {
+				return c.printJSON(&toolsvcv1.ListToolsResponse{Tools: tools})
+			}
+			return printToolTable(c.stdout, tools)
+		})
+	}
+
+	get := &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show one tool: its settings, policies and actions with their arguments",
+		Args:  exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cf.withClient(cmd, lookupEnv, func(c *client) error {
+				var resp *toolsvcv1.GetToolResponse
+				if err := c.call(func(ctx context.Context) error {
+					var err error
+					resp, err = registry(c).GetTool(ctx, &toolsvcv1.GetToolRequest{Name: args[0]})
+					return err
+				}); err != nil {
+					return err
+				}
+				if c.json {
+					return c.printJSON(resp)
+				}
+				return printTool(c.stdout, resp.GetTool())
+			})
+		},
+	}
+
+	var validateOnly bool
+	var expected int64
+	register := &cobra.Command{
+		Use:   "register FILE",
+		Short: "Create or replace a tool from a YAML or JSON file (operators)",
+		Long: `Create a tool or replace its definition from FILE ("-": standard input), which
+holds one tool in any of these shapes:
+
+  - the Tool message as YAML or JSON, with the .proto's field names
+    (snake_case or lowerCamelCase);
+  - a RegisterToolRequest body, {"tool": {...}}, as in the grpcurl examples;
+  - the tools file format (--tools-file of toolsvc serve) with exactly one
+    entry under "tools:".
+
+Enums may be short (default_risk: HIGH, provider_type: mcp) and durations Go
+durations (timeout: 90s, approval_ttl: 2h). The server validates every field:
+a bad definition is refused with one line per problem and nothing is written.`,
+		Example: `  toolsvc tools register weather.yaml
+  toolsvc tools register weather.yaml --validate-only
+  toolsvc tools register weather.yaml --expected-version 3`,
+		Args: exactArgs("FILE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if expected < 0 {
+				return usage(fmt.Errorf("--expected-version must be positive (or 0: any), not %d", expected))
+			}
+			tool, err := readToolFile(args[0], cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			req := &toolsvcv1.RegisterToolRequest{Tool: tool, ExpectedVersion: expected, ValidateOnly: validateOnly}
+			return cf.withClient(cmd, lookupEnv, func(c *client) error {
+				var resp *toolsvcv1.RegisterToolResponse
+				if err := c.call(func(ctx context.Context) error {
+					var err error
+					resp, err = registry(c).RegisterTool(ctx, req)
+					return err
+				}); err != nil {
+					return err
+				}
+				if c.json {
+					return c.printJSON(resp)
+				}
+				t := resp.GetTool()
+				switch {
+				case validateOnly:
+					fmt.Fprintf(c.stdout, "Tool %s is valid; nothing was written.\n", t.GetName())
+				case resp.GetCreated():
+					fmt.Fprintf(c.stdout, "Created tool %s, version %d.\n", t.GetName(), t.GetVersion())
+				default:
+					fmt.Fprintf(c.stdout, "Registered tool %s, version %d (an unchanged definition keeps its version).\n", t.GetName(), t.GetVersion())
+				}
+				return nil
+			})
+		},
+	}
+	register.Flags().BoolVar(&validateOnly, "validate-only", false, "check the definition; write nothing")
+	register.Flags().Int64Var(&expected, "expected-version", 0, "succeed only if the stored tool has this version (0: create or replace)")
+
+	var deregExpected int64
+	deregister := &cobra.Command{
+		Use:   "deregister NAME",
+		Short: "Remove a tool (operators)",
+		Args:  exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if deregExpected < 0 {
+				return usage(fmt.Errorf("--expected-version must be positive (or 0: any), not %d", deregExpected))
+			}
+			return cf.withClient(cmd, lookupEnv, func(c *client) error {
+				var resp *toolsvcv1.DeregisterToolResponse
+				if err := c.call(func(ctx context.Context) error {
+					var err error
+					resp, err = registry(c).DeregisterTool(ctx, &toolsvcv1.DeregisterToolRequest{Name: args[0], ExpectedVersion: deregExpected})
+					return err
+				}); err != nil {
+					return err
+				}
+				if c.json {
+					return c.printJSON(resp)
+				}
+				fmt.Fprintf(c.stdout, "Deregistered tool %s (it was at version %d).\n", resp.GetTool().GetName(), resp.GetTool().GetVersion())
+				return nil
+			})
+		},
+	}
+	deregister.Flags().Int64Var(&deregExpected, "expected-version", 0, "succeed only if the stored tool has this version (0: any)")
+
+	cmd.AddCommand(list, get, register, deregister)
+	return cmd
+}
+
+func printToolTable(w io.Writer, tools []*toolsvcv1.Tool) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "NAME\tVERSION\tSOURCE\tRISK\tPREVIEW\tSCOPES\tACTIONS")
+	for _, t := range tools {
+		var actions []string
+		for _, a := range t.GetActions() {
+			actions = append(actions, a.GetName())
+		}
+		preview := "no"
+		if t.GetSupportsPreview() {
+			preview = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", t.GetName(), t.GetVersion(), strings.ToLower(enumName(t.GetSource())),
+			orDash(enumName(t.GetDefaultRisk())), preview, orDash(strings.Join(t.GetRequiredScopes(), ",")), strings.Join(actions, ","))
+	}
+	return tw.Flush()
+}
+
+func printTool(w io.Writer, t *toolsvcv1.Tool) error {
+	f := newFields(w)
+	f.add("Name", t.GetName())
+	f.add("Description", t.GetDescription())
+	f.add("Version", fmt.Sprint(t.GetVersion()))
+	f.add("Source", strings.ToLower(enumName(t.GetSource())))
+	f.add("Provider", strings.TrimSpace(strings.ToLower(enumName(t.GetProviderType()))+" "+t.GetConnectorId()))
+	f.add("Default risk", enumName(t.GetDefaultRisk()))
+	f.add("Scopes", strings.Join(t.GetRequiredScopes(), ", "))
+	f.add("Capabilities", strings.Join(t.GetCapabilities(), ", "))
+	f.add("Preview", map[bool]string{true: "yes", false: "no"}[t.GetSupportsPreview()])
+	if t.GetTimeout() != nil {
+		f.add("Timeout", t.GetTimeout().AsDuration().String())
+	}
+	if t.GetApprovalTtl() != nil {
+		f.add("Approval TTL", t.GetApprovalTtl().AsDuration().String())
+	}
+	f.add("Config ref", t.GetConfigRef())
+	f.add("Audit payloads", map[bool]string{true: "yes", false: "no"}[t.GetAuditPayloads()])
+	for _, p := range t.GetPolicies() {
+		f.add("Policy", policyText(p))
+	}
+	f.add("Created", when(t.GetCreateTime()))
+	f.add("Updated", when(t.GetUpdateTime()))
+	if err := f.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nActions:\n")
+	for _, a := range t.GetActions() {
+		risk := enumName(a.GetRisk())
+		if risk == "" {
+			risk = enumName(t.GetDefaultRisk()) + " (default)"
+		}
+		fmt.Fprintf(w, "  %s  risk %s\n", a.GetName(), risk)
+		fmt.Fprintf(w, "    %s\n", a.GetDescription())
+		fmt.Fprintf(w, "    arguments: %s\n", schemaSummary(a.GetInputSchema()))
+		if r := a.GetResourceArgument(); r != "" {
+			fmt.Fprintf(w, "    resource: %s\n", r)
+		}
+	}
+	return nil
+}
+
+func policyText(p *toolsvcv1.Policy) string {
+	switch {
+	case p.GetSequentialDependency() != nil:
+		sd := p.GetSequentialDependency()
+		return fmt.Sprintf("%s requires %s earlier in the task", sd.GetAction(), strings.Join(sd.GetRequires(), ", "))
+	case p.GetReadBeforeWrite() != nil:
+		rw := p.GetReadBeforeWrite()
+		s := fmt.Sprintf("read before write: %s must follow %s of the same resource", strings.Join(rw.GetWriteActions(), ", "), strings.Join(rw.GetReadActions(), ", "))
+		if len(rw.GetCreateActions()) > 0 {
+			s += fmt.Sprintf(" (%s may create it)", strings.Join(rw.GetCreateActions(), ", "))
+		}
+		return s
+	}
+	return "unknown policy"
+}
+
+// schemaSummary lists an input schema's properties for a person:
+// "message (string, required), uppercase (boolean)".
+func schemaSummary(s *structpb.Struct) string {
+	if s == nil {
+		return "none"
+	}
+	props := s.GetFields()["properties"].GetStructValue().GetFields()
+	if len(props) == 0 {
+		return "none"
+	}
+	required := map[string]bool{}
+	for _, r := range s.GetFields()["required"].GetListValue().GetValues() {
+		required[r.GetStringValue()] = true
+	}
+	var names []string
+	for n := range props {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var out []string
+	for _, n := range names {
+		var attrs []string
+		if typ := props[n].GetStructValue().GetFields()["type"]; typ != nil {
+			switch k := typ.GetKind().(type) {
+			case *structpb.Value_StringValue:
+				attrs = append(attrs, k.StringValue)
+			case *structpb.Value_ListValue:
+				var ts []string
+				for _, v := range k.ListValue.GetValues() {
+					ts = append(ts, v.GetStringValue())
+				}
+				attrs = append(attrs, strings.Join(ts, "|"))
+			}
+		}
+		if required[n] {
+			attrs = append(attrs, "required")
+		}
+		if len(attrs) > 0 {
+			n += " (" + strings.Join(attrs, ", ") + ")"
+		}
+		out = append(out, n)
+	}
+	return strings.Join(out, ", ")
+}
