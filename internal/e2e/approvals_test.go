@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -135,7 +136,7 @@ func TestApprovals(t *testing.T) {
 				{"tool and state", &toolsvcv1.ListApprovalsRequest{Tool: "risk-high-pv", State: toolsvcv1.ApprovalState_APPROVAL_STATE_PENDING}, rev(2, 4)},
 				{"nothing matches", &toolsvcv1.ListApprovalsRequest{State: toolsvcv1.ApprovalState_APPROVAL_STATE_DENIED}, nil},
 			} {
-				if got := listAll(row.req); !equalStrings(got, row.want) {
+				if got := listAll(row.req); !slices.Equal(got, row.want) {
 					t.Fatalf("%s: got %v, want %v", row.name, got, row.want)
 				}
 			}
@@ -145,7 +146,7 @@ func TestApprovals(t *testing.T) {
 				t.Fatalf("first page: %q, %v", next, err)
 			}
 			_, _, err = list(&toolsvcv1.ListApprovalsRequest{PageSize: 1, Tool: "risk-critical-pv", PageToken: next})
-			if r := wantError(t, err, codes.InvalidArgument, "INVALID_REQUEST"); !equalStrings(r.fields(), []string{"page_token"}) {
+			if r := wantError(t, err, codes.InvalidArgument, "INVALID_REQUEST"); !slices.Equal(r.fields(), []string{"page_token"}) {
 				t.Fatalf("fields %v", r.fields())
 			}
 

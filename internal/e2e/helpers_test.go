@@ -201,6 +201,22 @@ func (p previewTool) Preview(_ context.Context, call *toolkit.Call) (*toolkit.Pr
 	}, nil
 }
 
+// slowCheck is a countTool whose write action is guarded by a
+// read-before-write policy that lets it create paths; asked whether a path
+// exists during a call with a deadline, it answers only once that deadline
+// has passed. The pipeline asks during policy evaluation (step 6), so the
+// call reaches the deadline check (step 9) with its deadline gone.
+type slowCheck struct{ *countTool }
+
+func (s slowCheck) ResourceExists(ctx context.Context, _ *toolkit.Call) (bool, error) {
+	s.previews.Add(1) // counts checks
+	if dl, ok := ctx.Deadline(); ok {
+		<-ctx.Done()
+		time.Sleep(time.Until(dl) + 20*time.Millisecond)
+	}
+	return false, nil
+}
+
 type testTool interface {
 	toolkit.Tool
 	counter() *countTool
@@ -219,7 +235,8 @@ func riskToolName(r toolkit.RiskLevel, preview bool) string {
 
 // testTools returns fresh test tools: one per risk level without and with
 // preview, plus "spare" (LOW, for operations that would disturb shared
-// tools, such as draining) and "versioned" (HIGH, for re-registration).
+// tools, such as draining), "versioned" (HIGH, for re-registration) and
+// "slowcheck" (see slowCheck).
 func testTools() []testTool {
 	schema := toolkit.JSON(`{
 		"type": "object",
@@ -243,7 +260,17 @@ func testTools() []testTool {
 		out = append(out, mk(riskToolName(r, false), r), previewTool{mk(riskToolName(r, true), r)})
 	}
 	out = append(out, mk("spare", toolkit.RiskLow), mk("versioned", toolkit.RiskHigh))
-	return out
+	slow := mk("slowcheck", toolkit.RiskLow)
+	slow.def.Actions = []toolkit.Action{
+		{Name: "read", Description: "Read.", ResourceArgument: "path",
+			InputSchema: toolkit.JSON(`{"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}`)},
+		{Name: "write", Description: "Write.", ResourceArgument: "path",
+			InputSchema: toolkit.JSON(`{"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}`)},
+	}
+	slow.def.Policies = []toolkit.Policy{{ReadBeforeWrite: &toolkit.ReadBeforeWrite{
+		ReadActions: []string{"read"}, WriteActions: []string{"write"}, CreateActions: []string{"write"},
+	}}}
+	return append(out, slowCheck{slow})
 }
 
 // ---- requests ----
