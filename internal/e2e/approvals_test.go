@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -52,6 +53,37 @@ func (e *env) park(t *testing.T, ctx context.Context, principal string, r *tools
 		t.Fatalf("no approval in %v", resp)
 	}
 	return resp
+}
+
+// TestApprovalTTL: approvals expire after approvals.ttl, or after the tool's
+// own approval TTL when it has one.
+func TestApprovalTTL(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		e := newEnv(t, backend, func(c *config.Config) { c.Approvals.TTL = 30 * time.Minute })
+		ctx := testCtx(t)
+		const p = "ttl-agent"
+		general := e.park(t, ctx, p, at(req(t, "risk-high", "act", nil, "k-general"), supervised))
+		own := e.park(t, ctx, p, at(req(t, "versioned", "act", nil, "k-own"), supervised))
+		for _, row := range []struct {
+			resp *toolsvcv1.ExecuteToolResponse
+			ttl  time.Duration
+		}{{general, 30 * time.Minute}, {own, 5 * time.Minute}} {
+			a := row.resp.Approval
+			if got := a.ExpireTime.AsTime().Sub(a.CreateTime.AsTime()); got != row.ttl {
+				t.Fatalf("%s: approval valid for %s, want %s", a.Tool, got, row.ttl)
+			}
+		}
+		e.clock.Advance(6 * time.Minute)
+		_, err := e.call(ctx, p, at(req(t, "versioned", "act", nil, "k-own"), supervised))
+		wantError(t, err, codes.FailedPrecondition, "APPROVAL_EXPIRED")
+		still := e.mustCall(t, ctx, p, at(req(t, "risk-high", "act", nil, "k-general"), supervised), approvalRequired)
+		if !still.Deduped || still.Approval.ApprovalId != general.Approval.ApprovalId {
+			t.Fatalf("the 30-minute approval: %v", still)
+		}
+		e.clock.Advance(25 * time.Minute)
+		_, err = e.call(ctx, p, at(req(t, "risk-high", "act", nil, "k-general"), supervised))
+		wantError(t, err, codes.FailedPrecondition, "APPROVAL_EXPIRED")
+	})
 }
 
 // TestApprovals: the life of approvals through ApprovalService and
@@ -319,6 +351,27 @@ func TestApprovals(t *testing.T) {
 			right := high("k-switch", map[string]any{"note": "a"})
 			right.Context.ApprovalId = id
 			e.mustCall(t, ctx, p, right, succeeded)
+		})
+
+		t.Run("a call without a key is approved under the key the server gave it", func(t *testing.T) {
+			p := "keyless"
+			parked := e.park(t, ctx, p, high("", map[string]any{"note": "keyless"}))
+			key := parked.IdempotencyKey
+			if !strings.HasPrefix(key, "auto-") || parked.Approval.IdempotencyKey != key {
+				t.Fatalf("server key %q, approval key %q", key, parked.Approval.IdempotencyKey)
+			}
+			// Without the key the same call is a new call, with a new approval.
+			other := e.park(t, ctx, p, high("", map[string]any{"note": "keyless"}))
+			if other.CallId == parked.CallId || other.IdempotencyKey == key {
+				t.Fatalf("two keyless calls share %v", other)
+			}
+			if _, err := e.resolve(ctx, reviewer, parked.Approval.ApprovalId, approve, ""); err != nil {
+				t.Fatal(err)
+			}
+			resp := e.mustCall(t, ctx, p, high(key, map[string]any{"note": "keyless"}), succeeded)
+			if resp.CallId != parked.CallId || resp.IdempotencyKey != key {
+				t.Fatalf("execution %v", resp)
+			}
 		})
 
 		t.Run("an approval is consumed by exactly one of 20 concurrent retries", func(t *testing.T) {

@@ -214,6 +214,7 @@ func TestGateConfiguration(t *testing.T) {
 			c.Gate.Adjusters = []gate.AdjusterConfig{
 				{Name: "big-amount", When: "has(args.amount) && args.amount > 1000", Level: "HIGH"},
 				{Name: "tagged", When: `has(args.note) && args.note == "bump"`, Raise: 1},
+				{Name: "risky-task", When: `context.task_id == "risky"`, Raise: 1},
 			}
 		})
 		ctx := testCtx(t)
@@ -242,5 +243,70 @@ func TestGateConfiguration(t *testing.T) {
 			g.req.Context.IdempotencyKey = fmt.Sprintf("k-conf-%d", i)
 			g.check(t, ctx, e)
 		}
+
+		// A parked call is classified again when it resumes (the task is
+		// not part of the arguments' fingerprint, so the same call may
+		// come back from a riskier task).
+		t.Run("risk rose since the preview: an approval instead", func(t *testing.T) {
+			const p = "escalating-agent"
+			tool := e.tools["risk-medium-pv"]
+			r := func(task, token string) *toolsvcv1.ExecuteToolRequest {
+				return withToken(at(inTask(req(t, "risk-medium-pv", "act", map[string]any{"note": "n"}, "k-rise"), task), supervised), token)
+			}
+			pv := e.mustCall(t, ctx, p, r("calm", ""), previewRequired)
+			parked := e.mustCall(t, ctx, p, r("risky", pv.Preview.Token), approvalRequired)
+			if parked.CallId != pv.CallId || parked.Risk != toolsvcv1.RiskLevel_RISK_LEVEL_HIGH || parked.Deduped {
+				t.Fatalf("escalated %v", parked)
+			}
+			if sp, err := e.app.Store().GetPreview(ctx, pv.Preview.Token); err != nil || sp.State != store.PreviewExpired {
+				t.Fatalf("preview %+v, %v", sp, err)
+			}
+			c := e.storedCall(t, ctx, p, "k-rise")
+			if c.State != store.CallAwaitingApproval || c.ApprovalID != parked.Approval.ApprovalId || c.Risk != toolkit.RiskHigh {
+				t.Fatalf("stored %+v", c)
+			}
+			// The replaced preview's token executes nothing: the call waits
+			// for its approval.
+			again := e.mustCall(t, ctx, p, r("calm", pv.Preview.Token), approvalRequired)
+			if !again.Deduped || again.Approval.ApprovalId != parked.Approval.ApprovalId || tool.runs.Load() != 0 {
+				t.Fatalf("old token: %v", again)
+			}
+			if _, err := e.resolve(ctx, "approver", parked.Approval.ApprovalId, approve, ""); err != nil {
+				t.Fatal(err)
+			}
+			e.mustCall(t, ctx, p, r("risky", ""), succeeded)
+			if n := tool.runs.Load(); n != 1 {
+				t.Fatalf("ran %d times", n)
+			}
+			e.wantCallEvents(t, ctx, pv.CallId, "gate.preview_required", "gate.required", "tool_call.deduped",
+				"approval.resolved", "tool_call.attempted", "tool_call.succeeded")
+		})
+
+		t.Run("risk rose since the approval to DENY: denied, the approval kept", func(t *testing.T) {
+			const p = "denied-later-agent"
+			tool := e.tools["risk-high"]
+			r := func(task string) *toolsvcv1.ExecuteToolRequest {
+				return at(inTask(req(t, "risk-high", "act", nil, "k-rise-deny"), task), assisted)
+			}
+			parked := e.mustCall(t, ctx, p, r("calm"), approvalRequired)
+			if _, err := e.resolve(ctx, "approver", parked.Approval.ApprovalId, approve, ""); err != nil {
+				t.Fatal(err)
+			}
+			// HIGH + 1 = CRITICAL, which ASSISTED may never do.
+			resp := e.mustCall(t, ctx, p, r("risky"), denied)
+			if resp.Result.Message != "the gate denies CRITICAL risk calls at ASSISTED autonomy" {
+				t.Fatalf("denied %v", resp)
+			}
+			if c := e.storedCall(t, ctx, p, "k-rise-deny"); c.State != store.CallAwaitingApproval {
+				t.Fatalf("stored %+v", c)
+			}
+			if a, err := e.app.Store().GetApproval(ctx, parked.Approval.ApprovalId); err != nil || a.State != store.ApprovalApproved {
+				t.Fatalf("approval %+v, %v", a, err)
+			}
+			e.mustCall(t, ctx, p, r("calm"), succeeded)
+			if n := tool.runs.Load(); n != 1 {
+				t.Fatalf("ran %d times", n)
+			}
+		})
 	})
 }

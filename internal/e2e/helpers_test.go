@@ -235,7 +235,8 @@ func riskToolName(r toolkit.RiskLevel, preview bool) string {
 
 // testTools returns fresh test tools: one per risk level without and with
 // preview, plus "spare" (LOW, for operations that would disturb shared
-// tools, such as draining), "versioned" (HIGH, for re-registration) and
+// tools, such as draining), "versioned" (HIGH, approvals valid for 5
+// minutes, for re-registration) and
 // "slowcheck" (see slowCheck).
 func testTools() []testTool {
 	schema := toolkit.JSON(`{
@@ -259,7 +260,9 @@ func testTools() []testTool {
 	for _, r := range risks {
 		out = append(out, mk(riskToolName(r, false), r), previewTool{mk(riskToolName(r, true), r)})
 	}
-	out = append(out, mk("spare", toolkit.RiskLow), mk("versioned", toolkit.RiskHigh))
+	versioned := mk("versioned", toolkit.RiskHigh)
+	versioned.def.ApprovalTTL = 5 * time.Minute
+	out = append(out, mk("spare", toolkit.RiskLow), versioned)
 	slow := mk("slowcheck", toolkit.RiskLow)
 	slow.def.Actions = []toolkit.Action{
 		{Name: "read", Description: "Read.", ResourceArgument: "path",

@@ -1,11 +1,14 @@
 package e2e_test
 
 import (
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/store"
@@ -106,6 +109,49 @@ func TestPreviews(t *testing.T) {
 			rep := e.mustCall(t, ctx, p, write("k-replace", "/todo.md", "- milk\n- eggs\n"), previewRequired)
 			if !strings.HasPrefix(rep.Preview.Message, "would replace /todo.md (revision 1): +1 -0 lines") {
 				t.Fatalf("replace preview %q", rep.Preview.Message)
+			}
+		})
+
+		t.Run("a preview token executes once among 20 concurrent calls", func(t *testing.T) {
+			tool := e.tools["risk-high-pv"]
+			r := func(token string) *toolsvcv1.ExecuteToolRequest {
+				return withToken(at(req(t, "risk-high-pv", "act", map[string]any{"delay_ms": 300}, "k-race"), autonomous), token)
+			}
+			pv := e.mustCall(t, ctx, p, r(""), previewRequired)
+			var (
+				wg                          sync.WaitGroup
+				mu                          sync.Mutex
+				executed, replayed, running int
+				problems                    []string
+			)
+			start := make(chan struct{})
+			for range 20 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					resp, err := e.call(ctx, p, r(pv.Preview.Token))
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case status.Code(err) == codes.Aborted:
+						running++
+					case err != nil:
+						problems = append(problems, err.Error())
+					case resp.Outcome == succeeded && resp.CallId == pv.CallId && !resp.Deduped:
+						executed++
+					case resp.Outcome == succeeded && resp.CallId == pv.CallId:
+						replayed++
+					default:
+						problems = append(problems, fmt.Sprint(resp))
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if len(problems) > 0 || executed != 1 || executed+replayed+running != 20 || tool.runs.Load() != 1 {
+				t.Fatalf("executed %d, replayed %d, in progress %d, ran %d; unexpected: %v",
+					executed, replayed, running, tool.runs.Load(), problems)
 			}
 		})
 
