@@ -329,10 +329,14 @@ func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
 		return e.run(ctx, c)
 	case c.preview != nil:
 		// Risk rose since the preview: it no longer suffices. Give the
-		// preview up and park the key behind an approval instead.
+		// preview up (with its event, like every other preview expiry) and
+		// park the key behind an approval instead.
 		if _, err := e.st.ReleaseParkedCall(ctx, store.ReleaseParkedCallParams{
 			CallID: c.parked.ID, From: store.CallAwaitingPreview, PreviewState: store.PreviewExpired,
 			Now: now, ExpiresAt: now.Add(e.idem.Retention),
+			Events: []store.AuditEvent{e.event(c, audit.PreviewExpired, "", map[string]any{
+				"expire_time": c.preview.ExpiresAt, "reason": "risk_rose", "risk": c.risk.String(),
+			})},
 		}); err != nil && !errors.Is(err, store.ErrConflict) {
 			return nil, storeFault(err)
 		}
