@@ -278,8 +278,10 @@ func TestGateConfiguration(t *testing.T) {
 			if n := tool.runs.Load(); n != 1 {
 				t.Fatalf("ran %d times", n)
 			}
-			e.wantCallEvents(t, ctx, pv.CallId, "gate.preview_required", "gate.required", "tool_call.deduped",
-				"approval.resolved", "tool_call.attempted", "tool_call.succeeded")
+			evs := e.wantCallEvents(t, ctx, pv.CallId, "gate.preview_required", "preview.expired", "gate.required",
+				"tool_call.deduped", "approval.resolved", "tool_call.attempted", "tool_call.succeeded")
+			wantDetail(t, evs[1], "reason", "risk_rose")
+			wantDetail(t, evs[1], "risk", "HIGH")
 		})
 
 		t.Run("risk rose since the approval to DENY: denied, the approval kept", func(t *testing.T) {
