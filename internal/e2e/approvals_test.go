@@ -194,6 +194,16 @@ func TestApprovals(t *testing.T) {
 			}
 			_, err = e.approvals.GetApproval(apptest.As(ctx, reviewer), &toolsvcv1.GetApprovalRequest{ApprovalId: "no-such-approval"})
 			wantError(t, err, codes.NotFound, "APPROVAL_NOT_FOUND")
+			_, err = e.resolve(ctx, reviewer, "no-such-approval", approve, "")
+			wantError(t, err, codes.NotFound, "APPROVAL_NOT_FOUND")
+			_, err = e.resolve(ctx, reviewer, "", approve, "")
+			if r := wantError(t, err, codes.InvalidArgument, "INVALID_REQUEST"); !slices.Equal(r.fields(), []string{"approval_id"}) {
+				t.Fatalf("fields %v", r.fields())
+			}
+			_, err = e.resolve(ctx, reviewer, ids[2], toolsvcv1.ApprovalDecision_APPROVAL_DECISION_UNSPECIFIED, "")
+			if r := wantError(t, err, codes.InvalidArgument, "INVALID_REQUEST"); !slices.Equal(r.fields(), []string{"decision"}) {
+				t.Fatalf("fields %v", r.fields())
+			}
 			// Only approvers may look.
 			_, err = e.approvals.ListApprovals(apptest.As(ctx, "agent-only"), &toolsvcv1.ListApprovalsRequest{})
 			wantError(t, err, codes.PermissionDenied, "ROLE_REQUIRED")

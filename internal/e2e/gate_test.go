@@ -192,6 +192,18 @@ func TestGateMatrix(t *testing.T) {
 			}
 		})
 
+		t.Run("a preview that fails escalates to CONFIRM", func(t *testing.T) {
+			for _, note := range []string{"preview-fails", "preview-panics"} {
+				resp := gateCall{
+					principal: "failed-preview-agent",
+					req:       at(req(t, "risk-medium-pv", "act", map[string]any{"note": note}, "k-"+note), supervised),
+					risk:      toolkit.RiskMedium, decision: store.DecisionConfirm, escalated: true,
+				}.check(t, ctx, e)
+				evs := e.events(t, ctx, store.AuditFilter{CallID: resp.CallId})
+				wantDetail(t, evs[0], "preview_failed", "true")
+			}
+		})
+
 		t.Run("a demo tool without preview escalates PREVIEW to CONFIRM", func(t *testing.T) {
 			gateCall{
 				principal: "escalated-agent",

@@ -190,11 +190,22 @@ func (c *countTool) Execute(ctx context.Context, call *toolkit.Call) (*toolkit.R
 		fmt.Sprintf("%s ran (run %d)", c.def.Name, n)), nil
 }
 
-// previewTool is a countTool that can preview.
+// previewTool is a countTool that can preview; the notes "preview-fails"
+// and "preview-panics" make the preview fail.
 type previewTool struct{ *countTool }
 
 func (p previewTool) Preview(_ context.Context, call *toolkit.Call) (*toolkit.PreviewResult, error) {
 	p.previews.Add(1)
+	var args struct {
+		Note string `json:"note"`
+	}
+	_ = call.Bind(&args)
+	switch args.Note {
+	case "preview-fails":
+		return nil, errors.New("cannot say what would happen")
+	case "preview-panics":
+		panic("preview panicked")
+	}
 	return &toolkit.PreviewResult{
 		Message: "would act on " + string(call.Arguments),
 		Value:   map[string]any{"would": "act", "tool": p.def.Name},

@@ -220,6 +220,11 @@ func TestOutcomeTable(t *testing.T) {
 					t.Fatalf("metadata %v, want call_id %s", got.info.Metadata, first.CallId)
 				}
 			}
+			// Keys belong to their principal: another may use the same one.
+			theirs := e.mustCall(t, ctx, "reuse-agent-2", req(t, "echo", "echo", map[string]any{"message": "second"}, "k-reuse"), succeeded)
+			if theirs.Deduped || theirs.CallId == first.CallId || theirs.Result.Message != "echo: second" {
+				t.Fatalf("another principal's call under the same key: %v", theirs)
+			}
 			c := e.storedCall(t, ctx, p, "k-reuse")
 			if c.ID != first.CallId || c.State != store.CallSucceeded || c.Tool != "echo" || c.Result.Message != "echo: first" || c.AttemptCount != 1 {
 				t.Fatalf("stored %+v", c)
