@@ -316,14 +316,15 @@ func TestHealthCircuitThroughAPI(t *testing.T) {
 }
 
 // TestRateLimitRefusesUntilReset: a tool that reports a rate limit answers
-// RESOURCE_EXHAUSTED with the time left; until the reset every call is refused
-// the same way without reaching the tool (the rate-limited key too: it was
-// released); after it, calls run again. A rate limit is not a tool error.
+// RESOURCE_EXHAUSTED with the time left; until the reset every call (on
+// Postgres on either replica) is refused the same way without reaching the
+// tool (the rate-limited key too: it was released); after it, calls run
+// again. A rate limit is not a tool error.
 func TestRateLimitRefusesUntilReset(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
 		ctx := testCtx(t)
 		clk := newClock()
-		r := start(t, apptest.Config(t, backend), app.Options{Now: clk.Now})
+		r, other := pair(t, backend, app.Options{Now: clk.Now})
 		limited := map[string]any{"mode": "rate_limit", "retry_after_seconds": 60}
 
 		_, err := r.call(ctx, t, agent, "flaky", "limited", limited)
@@ -343,18 +344,27 @@ func TestRateLimitRefusesUntilReset(t *testing.T) {
 		if c.State != toolsvcv1.CallState_CALL_STATE_RELEASED || c.AttemptCount != 1 {
 			t.Fatalf("rate-limited call stored as %v", c)
 		}
-		if n := flakyRuns(t, r); n != 1 {
+		if n := flakyRuns(t, r, other); n != 1 {
 			t.Fatalf("%d executions", n)
 		}
+		// The other replica learns the reset time.
+		eventually(t, 2*time.Second, func() error {
+			if got := other.health(ctx, t, "flaky").RateLimitResetTime; got == nil || !got.AsTime().Equal(reset) {
+				return fmt.Errorf("the other replica has reset time %v", got)
+			}
+			return nil
+		})
 
 		refused := func(key string, a map[string]any) {
 			t.Helper()
-			_, err := r.call(ctx, t, agent, "flaky", key, a)
-			ref := wantRefusal(t, err, codes.ResourceExhausted, "TOOL_RATE_LIMITED", true)
-			if want := reset.Sub(clk.Now()); ref.retry != want || ref.metadata["reset_time"] != reset.Format(time.RFC3339) {
-				t.Fatalf("refused with retry %s (reset %s), want %s (%s)", ref.retry, ref.metadata["reset_time"], want, reset)
+			for _, rr := range []*replica{r, other} {
+				_, err := rr.call(ctx, t, agent, "flaky", key, a)
+				ref := wantRefusal(t, err, codes.ResourceExhausted, "TOOL_RATE_LIMITED", true)
+				if want := reset.Sub(clk.Now()); ref.retry != want || ref.metadata["reset_time"] != reset.Format(time.RFC3339) {
+					t.Fatalf("refused with retry %s (reset %s), want %s (%s)", ref.retry, ref.metadata["reset_time"], want, reset)
+				}
 			}
-			if n := flakyRuns(t, r); n != 1 {
+			if n := flakyRuns(t, r, other); n != 1 {
 				t.Fatalf("a refused call ran the tool: %d executions", n)
 			}
 		}
@@ -364,11 +374,11 @@ func TestRateLimitRefusesUntilReset(t *testing.T) {
 		refused("other", map[string]any{"mode": "ok"})
 
 		clk.Advance(time.Millisecond)
-		resp, err := r.call(ctx, t, agent, "flaky", "other", map[string]any{"mode": "ok"})
+		resp, err := other.call(ctx, t, agent, "flaky", "other", map[string]any{"mode": "ok"})
 		if err != nil || resp.Outcome != toolsvcv1.Outcome_OUTCOME_SUCCEEDED || resp.Deduped {
 			t.Fatalf("after the reset: %v %v", resp, err)
 		}
-		if n := flakyRuns(t, r); n != 2 {
+		if n := flakyRuns(t, r, other); n != 2 {
 			t.Fatalf("%d executions", n)
 		}
 
@@ -385,10 +395,17 @@ func TestRateLimitRefusesUntilReset(t *testing.T) {
 				if !strings.HasPrefix(fmt.Sprint(e.Detail["reason"]), "rate limited until") || e.Detail["to"] != "HEALTHY" {
 					t.Fatalf("health event %v", e.Detail)
 				}
-			case audit.ToolCallRejected:
-				if e.Detail["reason"] != "TOOL_RATE_LIMITED" {
-					t.Fatalf("rejection %v", e.Detail)
-				}
+			}
+		}
+		// Three refusals on each replica (twice on the one memory App),
+		// each audited with its reason.
+		rej := events(ctx, t, r.app.Store(), store.AuditFilter{Tool: "flaky", Types: []string{audit.ToolCallRejected}})
+		if len(rej) != 6 {
+			t.Fatalf("%d rejections audited, want 6", len(rej))
+		}
+		for _, e := range rej {
+			if e.Detail["reason"] != "TOOL_RATE_LIMITED" {
+				t.Fatalf("rejection %v", e.Detail)
 			}
 		}
 		if got := healthChanges(ctx, t, r.app.Store(), "flaky"); len(got) != 1 {
