@@ -440,6 +440,109 @@ func TestApprovals(t *testing.T) {
 			t.Logf("%d replayed, %d told in progress", replayed, running)
 		})
 
+		t.Run("20 concurrent first calls park behind one approval", func(t *testing.T) {
+			p := "crowd"
+			args := map[string]any{"note": "crowd"}
+			ids := make(chan string, 20)
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for range 20 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					resp, err := e.call(ctx, p, at(req(t, "risk-critical-pv", "act", args, "k-crowd"), autonomous))
+					switch {
+					case err != nil:
+						ids <- err.Error()
+					case resp.Outcome != approvalRequired:
+						ids <- resp.Outcome.String()
+					default:
+						ids <- resp.Approval.ApprovalId
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			close(ids)
+			seen := map[string]int{}
+			for id := range ids {
+				seen[id]++
+			}
+			c := e.storedCall(t, ctx, p, "k-crowd")
+			if len(seen) != 1 || seen[c.ApprovalID] != 20 {
+				t.Fatalf("answers %v, stored approval %s", seen, c.ApprovalID)
+			}
+			list, err := e.approvals.ListApprovals(apptest.As(ctx, reviewer), &toolsvcv1.ListApprovalsRequest{
+				Tool: "risk-critical-pv", State: toolsvcv1.ApprovalState_APPROVAL_STATE_PENDING})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, a := range list.Approvals {
+				if a.Requester == p {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Fatalf("%d pending approvals for the crowd", n)
+			}
+			evs := e.events(t, ctx, store.AuditFilter{Principal: p})
+			required, deduped := 0, 0
+			for _, ev := range evs {
+				switch ev.Type {
+				case "gate.required":
+					required++
+				case "tool_call.deduped":
+					deduped++
+				default:
+					t.Fatalf("unexpected %s", ev.Type)
+				}
+			}
+			if required != 1 || deduped != 19 {
+				t.Fatalf("%d gate.required and %d tool_call.deduped events", required, deduped)
+			}
+
+			// Approvers racing to decide: exactly one decision stands.
+			var (
+				mu       sync.Mutex
+				won      []string
+				refusals int
+			)
+			start = make(chan struct{})
+			for i := range 10 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					d, who := approve, fmt.Sprintf("approver-%d", i)
+					if i%2 == 1 {
+						d = deny
+					}
+					a, err := e.resolve(ctx, who, c.ApprovalID, d, "")
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case err == nil:
+						won = append(won, who+":"+a.State.String())
+					case status.Code(err) == codes.FailedPrecondition:
+						refusals++
+					default:
+						won = append(won, "error: "+err.Error())
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if len(won) != 1 || refusals != 9 {
+				t.Fatalf("decisions %v, %d refused", won, refusals)
+			}
+			resolved := e.events(t, ctx, store.AuditFilter{CallID: c.ID, Types: []string{"approval.resolved"}})
+			if len(resolved) != 1 || !strings.HasPrefix(won[0], resolved[0].Principal+":") {
+				t.Fatalf("approval.resolved events %v for decision %v", dump(resolved), won)
+			}
+		})
+
 		t.Run("a changed tool version invalidates the approval", func(t *testing.T) {
 			p, tool := "versioner", e.tools["versioned"]
 			r := func() *toolsvcv1.ExecuteToolRequest {
