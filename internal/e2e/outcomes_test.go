@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	"github.com/toolsvc/toolsvc/internal/app/apptest"
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/store"
-	"github.com/toolsvc/toolsvc/internal/store/postgres/pgtest"
 )
 
 // TestOutcomeTable walks DESIGN §2's outcome and error table row by row on
@@ -594,53 +592,54 @@ func TestDeadlineAlreadyGone(t *testing.T) {
 }
 
 // TestStoreDown: with the store unreachable ExecuteTool answers UNAVAILABLE
-// STORE_UNAVAILABLE (retryable). On Postgres the database refuses
-// connections for a while and every session is killed; once it is back, the
-// refused call left nothing behind and runs. The memory store is closed.
+// STORE_UNAVAILABLE (retryable), with or without an idempotency key (the
+// first store access is then the lookup, or the claim). On Postgres the
+// server goes through a proxy that cuts it off (open connections break, new
+// ones are refused); once it is back, the refused calls left nothing behind
+// and run. The memory store is closed.
 func TestStoreDown(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
-		e := newEnv(t, backend, nil)
+		var proxy *dbProxy
+		e := newEnv(t, backend, func(c *config.Config) {
+			if c.DatabaseURL != "" {
+				proxy, c.DatabaseURL = newDBProxy(t, c.DatabaseURL)
+			}
+		})
 		ctx := testCtx(t)
 		p := "storeless-agent"
 		// Warm up: the store works.
 		e.mustCall(t, ctx, p, req(t, "spare", "act", nil, "k-warm"), succeeded)
 
-		var db string
-		switch backend {
-		case apptest.Memory:
+		if backend == apptest.Memory {
 			e.app.Store().Close()
-		case apptest.Postgres:
-			u, err := url.Parse(e.app.Config().DatabaseURL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			db = strings.TrimPrefix(u.Path, "/")
-			pgtest.Admin(t, `ALTER DATABASE "`+db+`" ALLOW_CONNECTIONS false`)
-			pgtest.Admin(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, db)
+		} else {
+			proxy.Down()
 		}
-		for _, key := range []string{"k-down", ""} {
+		// Enough calls to go through every pooled connection and then
+		// through new connection attempts.
+		for i := range 6 {
+			key := ""
+			if i%2 == 0 {
+				key = "k-down"
+			}
 			_, err := e.call(ctx, p, req(t, "spare", "act", nil, key))
 			r := wantError(t, err, codes.Unavailable, "STORE_UNAVAILABLE")
 			if d := r.retryDelay(t); d != time.Second {
 				t.Fatalf("retry after %s", d)
 			}
 		}
-		if backend == apptest.Memory {
-			if n := e.tools["spare"].runs.Load(); n != 1 {
-				t.Fatalf("spare ran %d times", n)
-			}
-			return
-		}
-		pgtest.Admin(t, `ALTER DATABASE "`+db+`" ALLOW_CONNECTIONS true`)
-		// The pool may still hold a killed connection or two.
-		waitFor(t, "the store to answer again", func() bool { return e.app.Store().Ping(ctx) == nil })
-		e.wantNoCall(t, ctx, p, "k-down")
-		e.wantEvents(t, ctx, p, "tool_call.attempted", "tool_call.succeeded")
 		if n := e.tools["spare"].runs.Load(); n != 1 {
 			t.Fatalf("spare ran %d times", n)
 		}
+		if backend == apptest.Memory {
+			return
+		}
+		proxy.Up()
+		waitFor(t, "the store to answer again", func() bool { return e.app.Store().Ping(ctx) == nil })
+		e.wantNoCall(t, ctx, p, "k-down")
+		e.wantEvents(t, ctx, p, "tool_call.attempted", "tool_call.succeeded")
 		resp := e.mustCall(t, ctx, p, req(t, "spare", "act", nil, "k-down"), succeeded)
-		if resp.Deduped || resp.Attempt != 1 {
+		if resp.Deduped || resp.Attempt != 1 || e.tools["spare"].runs.Load() != 2 {
 			t.Fatalf("after recovery %v", resp)
 		}
 	})
