@@ -58,7 +58,8 @@ func (g gateCall) check(t *testing.T, ctx context.Context, e *env) *toolsvcv1.Ex
 	var evs []*store.AuditEvent
 	switch g.decision {
 	case store.DecisionAllow:
-		if resp.Outcome != succeeded || resp.Result.Value.GetStructValue().Fields["tool"].GetStringValue() != g.req.Tool {
+		_, counting := e.tools[g.req.Tool]
+		if resp.Outcome != succeeded || (counting && resp.Result.Value.GetStructValue().Fields["tool"].GetStringValue() != g.req.Tool) {
 			t.Fatalf("%s: %v", g.req.Tool, resp)
 		}
 		if c := e.storedCall(t, ctx, g.principal, key); c.State != store.CallSucceeded || c.Decision != store.DecisionAllow || c.Risk != g.risk {
@@ -227,6 +228,7 @@ func TestGateConfiguration(t *testing.T) {
 				{Name: "big-amount", When: "has(args.amount) && args.amount > 1000", Level: "HIGH"},
 				{Name: "tagged", When: `has(args.note) && args.note == "bump"`, Raise: 1},
 				{Name: "risky-task", When: `context.task_id == "risky"`, Raise: 1},
+				{Name: "degraded", When: `health.status == "DEGRADED"`, Raise: 1},
 			}
 		})
 		ctx := testCtx(t)
@@ -255,6 +257,20 @@ func TestGateConfiguration(t *testing.T) {
 			g.req.Context.IdempotencyKey = fmt.Sprintf("k-conf-%d", i)
 			g.check(t, ctx, e)
 		}
+
+		t.Run("a degraded tool is riskier", func(t *testing.T) {
+			const p = "degraded-agent"
+			flaky := func(key string) *toolsvcv1.ExecuteToolRequest {
+				return at(req(t, "flaky", "run", map[string]any{"mode": "ok"}, key), supervised)
+			}
+			gateCall{principal: p, req: flaky("k-healthy"), risk: toolkit.RiskLow, decision: store.DecisionAllow}.check(t, ctx, e)
+			for i := range 3 {
+				e.mustCall(t, ctx, p, req(t, "flaky", "run", map[string]any{"mode": "error", "note": fmt.Sprint(i)}, ""), failed)
+			}
+			// LOW + 1 = MEDIUM: PREVIEW at SUPERVISED, and flaky cannot preview.
+			gateCall{principal: p, req: flaky("k-degraded"), risk: toolkit.RiskMedium, decision: store.DecisionConfirm,
+				escalated: true, adjusters: `["degraded"]`}.check(t, ctx, e)
+		})
 
 		// A parked call is classified again when it resumes (the task is
 		// not part of the arguments' fingerprint, so the same call may

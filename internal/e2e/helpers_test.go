@@ -66,9 +66,11 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// forEachBackend runs fn as a parallel subtest per store backend.
+// forEachBackend runs fn as a parallel subtest per store backend, in
+// parallel with the other tests.
 func forEachBackend(t *testing.T, fn func(t *testing.T, backend string)) {
 	t.Helper()
+	t.Parallel()
 	for _, backend := range apptest.Backends() {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
