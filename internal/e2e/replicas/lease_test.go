@@ -175,6 +175,12 @@ func TestAbandonedLeaseBecomesUnknown(t *testing.T) {
 			}
 			return nil
 		})
+		// The reaped record holds no lease and keeps its attempt.
+		c := r.getCall(ctx, t, agent, "abandoned-key")
+		if c.LeaseExpireTime != nil || c.AttemptCount != 1 || c.Result.GetMessage() != idempotency.LeaseExpiredMessage ||
+			!c.UpdateTime.AsTime().Equal(clk.Now()) {
+			t.Fatalf("reaped record %v", c)
+		}
 		resp, err := r.call(ctx, t, agent, "counter", "abandoned-key", a)
 		unknownReplay(t, resp, err, rec.ID)
 		if g.Runs() != 0 {
