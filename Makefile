@@ -32,3 +32,8 @@ run:
 ## ci: everything CI checks
 ci:
 	./.ci/run
+
+## bench: the benchmarks, as ratios against baselines measured in the same run (BENCHMARKS.md)
+.PHONY: bench
+bench:
+	$(GO) test -run='^$$' -bench=. -benchtime=2s -count=5 ./bench/

@@ -1,0 +1,17 @@
+// Package bench measures what toolsvc's call pipeline costs, as ratios
+// against a baseline measured in the same process, on the same server and
+// connection, interleaved with the measured calls: a grpc.health.v1 Check
+// (the cost of a gRPC round trip through the server's interceptors) and, on
+// Postgres, one single-row INSERT commit on the same database (the cost of a
+// commit). It also pins DESIGN §11's storage budget per call — at most two
+// commits per executed call, one read (and its audit append) per replay —
+// in a test that runs with the ordinary `go test ./...`.
+//
+// The package has no non-test code: the benchmarks are in its _test.go
+// files and run with
+//
+//	go test -run='^$' -bench=. -benchtime=2s -count=5 ./bench/
+//
+// The load command cmd/toolsvc-load drives a running server the same way.
+// BENCHMARKS.md has the commands, the results and what they mean.
+package bench
