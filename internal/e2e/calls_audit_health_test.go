@@ -321,6 +321,25 @@ func TestAuditEvents(t *testing.T) {
 			t.Fatalf("event %v", ev)
 		}
 
+		// Arguments and results reach the trail only for tools that allow it.
+		withPayload := list(&toolsvcv1.ListAuditEventsRequest{CallId: late.CallId})
+		if withPayload[0].Detail.Fields["arguments"].GetStructValue().Fields["message"].GetStringValue() != "late" ||
+			withPayload[1].Detail.Fields["value"].GetStructValue().Fields["message"].GetStringValue() != "late" {
+			t.Fatalf("echo events %v", withPayload)
+		}
+		quiet := e.mustCall(t, ctx, "audited-3", req(t, "spare", "act", map[string]any{"note": "private"}, "k-quiet"), succeeded)
+		for _, ev := range list(&toolsvcv1.ListAuditEventsRequest{CallId: quiet.CallId}) {
+			if _, ok := ev.Detail.Fields["arguments"]; ok {
+				t.Fatalf("%s carries the arguments of a tool without audit payloads: %v", ev.Type, ev.Detail)
+			}
+			if _, ok := ev.Detail.Fields["value"]; ok {
+				t.Fatalf("%s carries the result of a tool without audit payloads: %v", ev.Type, ev.Detail)
+			}
+			if strings.Contains(ev.Detail.String(), "private") {
+				t.Fatalf("%s quotes the arguments: %v", ev.Type, ev.Detail)
+			}
+		}
+
 		// Bad requests.
 		first, err := e.audit.ListAuditEvents(ops, &toolsvcv1.ListAuditEventsRequest{Principal: "audited", PageSize: 1})
 		if err != nil || first.NextPageToken == "" {

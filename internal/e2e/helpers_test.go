@@ -247,8 +247,8 @@ func riskToolName(r toolkit.RiskLevel, preview bool) string {
 }
 
 // testTools returns fresh test tools: one per risk level without and with
-// preview, plus "spare" (LOW, for operations that would disturb shared
-// tools, such as draining), "versioned" (HIGH, approvals valid for 5
+// preview, plus "spare" (LOW, keeps arguments and results out of the audit
+// trail, for operations that would disturb shared tools, such as draining), "versioned" (HIGH, approvals valid for 5
 // minutes, for re-registration) and
 // "slowcheck" (see slowCheck).
 func testTools() []testTool {
@@ -275,7 +275,9 @@ func testTools() []testTool {
 	}
 	versioned := mk("versioned", toolkit.RiskHigh)
 	versioned.def.ApprovalTTL = 5 * time.Minute
-	out = append(out, mk("spare", toolkit.RiskLow), versioned)
+	spare := mk("spare", toolkit.RiskLow)
+	spare.def.AuditPayloads = false
+	out = append(out, spare, versioned)
 	slow := mk("slowcheck", toolkit.RiskLow)
 	slow.def.Actions = []toolkit.Action{
 		{Name: "read", Description: "Read.", ResourceArgument: "path",
