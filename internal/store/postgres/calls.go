@@ -260,13 +260,16 @@ func (s *Store) FinishCall(ctx context.Context, p store.FinishCallParams) (*stor
 		if err != nil {
 			return fmt.Errorf("finish call %q: %w", p.CallID, err)
 		}
+		// The call's own events first, then the health change's: the
+		// outcome is what caused the health change (the memory store writes
+		// them in the same order).
 		var tl tail
+		tl.events(p.Events)
 		if p.Health != nil {
 			if _, _, err := applyHealth(ctx, tx, p.Health.Tool, p.Health.Fn, &tl); err != nil && !isNotFound(err) {
 				return fmt.Errorf("finish call %q: %w", p.CallID, err)
 			}
 		}
-		tl.events(p.Events)
 		tl.history(p.History)
 		return tl.send(ctx, tx)
 	})

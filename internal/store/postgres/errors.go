@@ -37,7 +37,8 @@ const (
 //   - unique / foreign key violation -> store.ErrConflict
 //   - check / not-null violation, malformed value -> store.ErrInvalid
 //   - a context that ended -> store.ErrUnavailable and the context's error
-//   - anything else that is not an error reported by the server (dial
+//   - a failure to connect, whatever the server answered while refusing,
+//     anything else that is not an error reported by the server (dial
 //     failures, broken connections, a closed pool, timeouts) and the
 //     server's connection-class errors -> store.ErrUnavailable
 //
@@ -57,6 +58,13 @@ func interpretError(err error) error {
 			cause = context.DeadlineExceeded
 		}
 		return fmt.Errorf("%w: %w", store.ErrUnavailable, cause)
+	}
+	// A failure to connect is unavailability whatever the server said while
+	// refusing (a database that does not accept connections answers with
+	// SQLSTATE 55000, for one): check it before the server's codes.
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return fmt.Errorf("%w: %s", store.ErrUnavailable, err.Error())
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

@@ -715,6 +715,8 @@ func testFinishCall(t *testing.T, s store.Store) {
 	wantHealth(t, "health passed to the health func", seen, healthBefore)
 	wantHealth(t, "health after FinishCall", getHealth(t, s, "files"), &newHealth)
 	wantEvents(t, s, store.AuditFilter{Types: []string{audit.HealthChanged}}, hev)
+	// The outcome is written before the health change it caused.
+	wantEvents(t, s, store.AuditFilter{Types: []string{audit.ToolCallSucceeded, audit.HealthChanged}}, ev, hev)
 	wantHistory(t, s, store.TaskHistoryFilter{PrincipalID: c.PrincipalID, TaskID: c.TaskID}, *hist)
 
 	// Each final state records as given; a nil health update writes nothing.
