@@ -383,8 +383,7 @@ func TestRateLimitRefusesUntilReset(t *testing.T) {
 		}
 
 		evs := events(ctx, t, r.app.Store(), store.AuditFilter{CallID: c.CallId})
-		wantTypes(t, "rate-limited call", typesOf(evs), typesInStoreOrder(backend,
-			[]string{audit.ToolCallAttempted, audit.ToolCallFailed, audit.HealthChanged}))
+		wantTypes(t, "rate-limited call", typesOf(evs), []string{audit.ToolCallAttempted, audit.ToolCallFailed, audit.HealthChanged})
 		for _, e := range evs {
 			switch e.Type {
 			case audit.ToolCallFailed:
@@ -412,19 +411,4 @@ func TestRateLimitRefusesUntilReset(t *testing.T) {
 			t.Fatalf("health changes %v", got)
 		}
 	})
-}
-
-// typesInStoreOrder: within FinishCall's transaction the memory store appends
-// the call's events before the health change's, Postgres after.
-func typesInStoreOrder(backend string, types []string) []string {
-	out := slices.Clone(types)
-	if backend == apptest.Postgres {
-		for i := 0; i+1 < len(out); i++ {
-			if out[i+1] == audit.HealthChanged && out[i] != audit.HealthChanged {
-				out[i], out[i+1] = out[i+1], out[i]
-				break
-			}
-		}
-	}
-	return out
 }
