@@ -12,6 +12,7 @@ import (
 // Event types.
 const (
 	ToolCallRejected    = "tool_call.rejected"
+	AccessDenied        = "access.denied" // an RPC refused for its principal or role
 	ScopeViolation      = "scope.violation"
 	PolicyDenied        = "policy.denied"
 	GateDenied          = "gate.denied"

@@ -13,6 +13,7 @@ import (
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/app/apptest"
+	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
@@ -32,7 +33,7 @@ func TestOutcomeTable(t *testing.T) {
 		ctx := testCtx(t)
 		spare := e.tools["spare"]
 
-		t.Run("bad credentials: UNAUTHENTICATED, nothing recorded", func(t *testing.T) {
+		t.Run("bad credentials: UNAUTHENTICATED, audited, nothing else recorded", func(t *testing.T) {
 			before := len(e.events(t, ctx, store.AuditFilter{}))
 			twice := metadata.AppendToOutgoingContext(ctx, "x-toolsvc-principal", "a", "x-toolsvc-principal", "b")
 			_, err := e.exec.ExecuteTool(twice, req(t, "spare", "act", nil, "k-unauth"))
@@ -45,8 +46,17 @@ func TestOutcomeTable(t *testing.T) {
 			if n := spare.runs.Load(); n != 0 {
 				t.Fatalf("spare ran %d times", n)
 			}
-			if after := len(e.events(t, ctx, store.AuditFilter{})); after != before {
-				t.Fatalf("the audit trail grew from %d to %d events", before, after)
+			// Each refusal is audited, with no principal (none was
+			// established) and the call it asked for.
+			all := e.events(t, ctx, store.AuditFilter{})
+			if len(all) != before+2 {
+				t.Fatalf("the audit trail grew from %d to %d events, want 2 refusals", before, len(all))
+			}
+			for _, ev := range all[before:] {
+				if ev.Type != audit.ToolCallRejected || ev.Principal != "" || ev.Tool != "spare" || ev.Action != "act" ||
+					ev.Detail["reason"] != "UNAUTHENTICATED" {
+					t.Fatalf("refusal event %+v", ev)
+				}
 			}
 		})
 
@@ -57,7 +67,10 @@ func TestOutcomeTable(t *testing.T) {
 				t.Fatalf("metadata %v", r.info.Metadata)
 			}
 			e.wantNoCall(t, ctx, "approver-only", "k-role")
-			e.wantEvents(t, ctx, "approver-only")
+			evs := e.wantEvents(t, ctx, "approver-only", audit.ToolCallRejected)
+			if evs[0].Tool != "spare" || evs[0].Action != "act" || evs[0].Detail["reason"] != "ROLE_REQUIRED" {
+				t.Fatalf("refusal event %+v", evs[0])
+			}
 			if n := spare.runs.Load(); n != 0 {
 				t.Fatalf("spare ran %d times", n)
 			}

@@ -12,8 +12,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/store"
 )
 
 // The interceptors run in this order (outermost first):
@@ -24,7 +27,8 @@ import (
 //     error with ToStatus (so the log has the real error and the caller only
 //     the status);
 //  3. principal: establishes the caller (auth.Authenticator) and checks its
-//     roles against methodRoles; health and reflection skip it.
+//     roles against methodRoles, auditing every refusal; health and
+//     reflection skip it.
 
 // callInfo collects what inner interceptors learn about a call for the
 // logging interceptor, which runs outside them.
@@ -146,35 +150,83 @@ func loggingStream(log *slog.Logger) grpc.StreamServerInterceptor {
 	}
 }
 
-// authorizer establishes a call's principal and checks its roles.
+// authorizer establishes a call's principal and checks its roles. Every
+// refusal is written to the audit trail before it is answered (DESIGN §2
+// step 1): tool_call.rejected for ExecuteTool, access.denied for the other
+// RPCs.
 type authorizer struct {
 	authn auth.Authenticator
 	roles map[string][]auth.Role
+	audit store.AuditStore
+	now   func() time.Time
+	log   *slog.Logger
 }
 
-func (a *authorizer) authorize(ctx context.Context, method string) (context.Context, error) {
+func (a *authorizer) authorize(ctx context.Context, method string, req any) (context.Context, error) {
 	if publicMethod(method) {
 		return ctx, nil
 	}
 	p, err := a.authn.Authenticate(ctx)
-	if err != nil {
-		return nil, err
+	if err == nil && p == nil {
+		err = fault.New(fault.Unauthenticated, fault.ReasonUnauthenticated, "no principal")
 	}
-	if p == nil {
-		return nil, fault.New(fault.Unauthenticated, fault.ReasonUnauthenticated, "no principal")
+	if err != nil {
+		a.record(ctx, method, req, "", err)
+		return nil, err
 	}
 	if ci := callInfoFrom(ctx); ci != nil {
 		ci.setPrincipal(p.ID)
 	}
 	if err := auth.RequireAnyRole(p, strings.TrimPrefix(method, "/"), a.roles[method]...); err != nil {
+		a.record(ctx, method, req, p.ID, err)
 		return nil, err
 	}
 	return auth.NewContext(ctx, p), nil
 }
 
+// callRequest is what an ExecuteTool request tells of the call it asks for.
+type callRequest interface {
+	GetTool() string
+	GetAction() string
+	GetContext() *toolsvcv1.CallContext
+}
+
+// record writes the audit event of a refused RPC. A refusal is answered
+// even if the event cannot be written (logged): the caller, who may not be
+// authenticated, learns nothing of the store's state from it.
+func (a *authorizer) record(ctx context.Context, method string, req any, principal string, refusal error) {
+	if a.audit == nil {
+		return
+	}
+	reason := fault.ReasonInternal
+	if f, ok := fault.As(refusal); ok {
+		reason = f.Reason
+	}
+	ev := store.AuditEvent{
+		Time: a.now(), Principal: principal, Type: audit.AccessDenied,
+		Detail: map[string]any{"method": strings.TrimPrefix(method, "/"), "reason": reason},
+	}
+	if cr, ok := req.(callRequest); ok && method == toolsvcv1.ToolExecutionService_ExecuteTool_FullMethodName {
+		ev.Type = audit.ToolCallRejected
+		ev.Tool, ev.Action = truncate(cr.GetTool(), 64), truncate(cr.GetAction(), 64)
+		c := cr.GetContext()
+		ev.TraceID, ev.TaskID, ev.StepID = truncate(c.GetTraceId(), 255), truncate(c.GetTaskId(), 255), truncate(c.GetStepId(), 255)
+	}
+	if err := a.audit.AppendAuditEvents(context.WithoutCancel(ctx), []store.AuditEvent{audit.New(ev.Type, ev)}); err != nil {
+		a.log.ErrorContext(ctx, "could not audit a refused call", "method", method, "reason", reason, "error", err)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
 func (a *authorizer) unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, err := a.authorize(ctx, info.FullMethod)
+		ctx, err := a.authorize(ctx, info.FullMethod, req)
 		if err != nil {
 			return nil, err
 		}
@@ -184,7 +236,7 @@ func (a *authorizer) unary() grpc.UnaryServerInterceptor {
 
 func (a *authorizer) stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		ctx, err := a.authorize(ss.Context(), info.FullMethod)
+		ctx, err := a.authorize(ss.Context(), info.FullMethod, nil)
 		if err != nil {
 			return err
 		}

@@ -119,7 +119,7 @@ func New(o Options) (*Server, error) {
 	// Not serving until the first ping says the store is there.
 	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
 
-	authz := &authorizer{authn: o.Authenticator, roles: methodRoles()}
+	authz := &authorizer{authn: o.Authenticator, roles: methodRoles(), audit: o.Store, now: time.Now, log: log}
 	s.grpc = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(recoveryUnary(log), loggingUnary(log), authz.unary()),
 		grpc.ChainStreamInterceptor(recoveryStream(log), loggingStream(log), authz.stream()),

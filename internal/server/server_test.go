@@ -508,3 +508,39 @@ func TestShutdownEndsWatchStreams(t *testing.T) {
 		}
 	}
 }
+
+// Refusals by the principal interceptor are audited before they are
+// answered, like every other refusal of the pipeline (DESIGN §2 step 1).
+func TestAuthRefusalsAreAudited(t *testing.T) {
+	h := start(t, harnessOptions{principals: []*auth.Principal{
+		{ID: "ops", Roles: []auth.Role{auth.RoleOperator}},
+	}})
+	ctx := testCtx(t)
+	exec := toolsvcv1.NewToolExecutionServiceClient(h.conn)
+	_, err := exec.ExecuteTool(as(ctx, "ops"), &toolsvcv1.ExecuteToolRequest{
+		Tool: "alpha", Action: "run", Context: &toolsvcv1.CallContext{TraceId: "tr-1", TaskId: "task-1"},
+	})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("operator ExecuteTool: %v", err)
+	}
+	_, err = toolsvcv1.NewAuditServiceClient(h.conn).ListAuditEvents(as(ctx, strings.Repeat("x", 200)), &toolsvcv1.ListAuditEventsRequest{})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("over-long principal: %v", err)
+	}
+	evs, err := h.store.ListAuditEvents(ctx, store.AuditFilter{Types: []string{"tool_call.rejected", "access.denied"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 2 {
+		t.Fatalf("want 2 audited refusals, got %d: %+v", len(evs), evs)
+	}
+	rej, denied := evs[0], evs[1]
+	if rej.Type != "tool_call.rejected" || rej.Principal != "ops" || rej.Tool != "alpha" || rej.Action != "run" ||
+		rej.TraceID != "tr-1" || rej.TaskID != "task-1" || rej.Detail["reason"] != "ROLE_REQUIRED" {
+		t.Fatalf("ExecuteTool refusal event: %+v", rej)
+	}
+	if denied.Type != "access.denied" || denied.Principal != "" || denied.Detail["reason"] != "UNAUTHENTICATED" ||
+		denied.Detail["method"] != "toolsvc.v1.AuditService/ListAuditEvents" {
+		t.Fatalf("unauthenticated refusal event: %+v", denied)
+	}
+}
