@@ -23,6 +23,12 @@ type Config struct {
 	// the probing replica never reports (it died, or the call was refused
 	// after admission).
 	ProbeTimeout time.Duration `mapstructure:"probe_timeout"`
+	// SuccessRefresh bounds how stale LastSuccessAt may get on a tool whose
+	// successes change nothing else: a success refreshes it (a silent write,
+	// no audit event) only when the stored one is older than this. Health
+	// writes stay rare — at most one per tool per interval per replica —
+	// and the last success time stays meaningful.
+	SuccessRefresh time.Duration `mapstructure:"success_refresh"`
 }
 
 // DefaultConfig returns DESIGN §6's defaults.
@@ -33,6 +39,7 @@ func DefaultConfig() Config {
 		Cooldown:         30 * time.Second,
 		MaxCooldown:      5 * time.Minute,
 		ProbeTimeout:     time.Minute,
+		SuccessRefresh:   time.Minute,
 	}
 }
 
@@ -57,6 +64,9 @@ func (c Config) Validate() error {
 	}
 	if c.ProbeTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("probe_timeout: must be positive, got %s", c.ProbeTimeout))
+	}
+	if c.SuccessRefresh <= 0 {
+		errs = append(errs, fmt.Errorf("success_refresh: must be positive, got %s", c.SuccessRefresh))
 	}
 	return errors.Join(errs...)
 }

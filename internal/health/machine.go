@@ -101,10 +101,16 @@ func Next(cfg Config, cur store.ToolHealth, o Observation, now time.Time) (store
 		next.CooldownUntil = cur.CooldownUntil
 		next.ProbeUntil = cur.ProbeUntil
 	}
-	// LastSuccessAt alone is no change: see "writes only on change".
+	// LastSuccessAt alone is bookkeeping, not a change of health: it is
+	// refreshed only once the stored value is older than SuccessRefresh, and
+	// such a refresh keeps UpdatedAt (see "writes only on change").
 	lastSuccess := next.LastSuccessAt
 	next.LastSuccessAt = cur.LastSuccessAt
 	if sameHealth(cur, next, true) {
+		if lastSuccess.After(cur.LastSuccessAt) && (cur.LastSuccessAt.IsZero() || lastSuccess.Sub(cur.LastSuccessAt) >= cfg.SuccessRefresh) {
+			next.LastSuccessAt = lastSuccess
+			return next, true
+		}
 		return cur, false
 	}
 	next.LastSuccessAt = lastSuccess

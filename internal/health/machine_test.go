@@ -51,6 +51,21 @@ func TestNextTransitions(t *testing.T) {
 		})
 	}
 
+	// Last-success bookkeeping: refreshed (without touching UpdatedAt) only
+	// once the stored value is SuccessRefresh old.
+	fresh := func(h store.ToolHealth) store.ToolHealth {
+		h.LastSuccessAt = t0.Add(-DefaultConfig().SuccessRefresh / 2)
+		return h
+	}
+	stale := func(h store.ToolHealth) store.ToolHealth {
+		h.LastSuccessAt = t0.Add(-DefaultConfig().SuccessRefresh)
+		return h
+	}
+	refreshed := func(h store.ToolHealth) store.ToolHealth {
+		h.LastSuccessAt = t0
+		return h
+	}
+
 	tests := []struct {
 		name    string
 		cur     store.ToolHealth
@@ -59,19 +74,23 @@ func TestNextTransitions(t *testing.T) {
 		changed bool
 	}{
 		// Successes.
-		{"healthy success writes nothing", healthy, success, healthy, false},
-		{"healthy business failure writes nothing", healthy, business, healthy, false},
+		{"healthy success writes nothing", fresh(healthy), success, fresh(healthy), false},
+		{"healthy business failure writes nothing", fresh(healthy), business, fresh(healthy), false},
+		{"healthy success refreshes a stale last success", stale(healthy), success, refreshed(healthy), true},
+		{"first success on a healthy tool records it", healthy, success, refreshed(healthy), true},
+		{"healthy business failure refreshes a stale last success", stale(healthy), business, refreshed(healthy), true},
 		{"success clears errors", oneError, success, healed(oneError), true},
 		{"business failure clears errors", oneError, business, healed(oneError), true},
 		{"degraded success heals", degraded4, success, healed(degraded4), true},
 		{"open straggler success heals", open, success, healed(open), true},
 		{"probe success heals", probing, probeOK, healed(probing), true},
 		{"probe business failure heals", probing, Observation{Kind: BusinessFailure, Probe: true}, healed(probing), true},
-		{"drained success writes nothing", drained, success, drained, false},
+		{"drained success writes nothing", fresh(drained), success, fresh(drained), false},
+		{"drained success refreshes a stale last success", drained, success, refreshed(drained), true},
 		{"drained success clears errors but stays drained", drainedOpen, success, with(drainedOpen, func(h *store.ToolHealth) {
 			h.ConsecutiveErrors, h.LastSuccessAt = 0, t0
 		}), true},
-		{"rate limited success keeps the limit", limited, success, limited, false},
+		{"rate limited success keeps the limit", fresh(limited), success, fresh(limited), false},
 
 		// Tool errors.
 		{"healthy error counts", healthy, toolErr, with(healthy, func(h *store.ToolHealth) {

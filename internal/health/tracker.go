@@ -516,6 +516,12 @@ func (t *Tracker) update(tool string, cur, next store.ToolHealth, reason string,
 	if sameHealth(cur, next, false) {
 		return upd
 	}
+	if refreshOnly(cur, next) {
+		// A last-success refresh: no audit event (health did not change),
+		// but other replicas' caches should show it.
+		upd.Notify = true
+		return upd
+	}
 	if detail == nil {
 		detail = make(map[string]any, 6)
 	}
@@ -633,4 +639,11 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.SortFunc(keys, strings.Compare)
 	return keys
+}
+
+// refreshOnly reports whether next differs from cur in nothing the API shows
+// but LastSuccessAt.
+func refreshOnly(cur, next store.ToolHealth) bool {
+	next.LastSuccessAt = cur.LastSuccessAt
+	return sameHealth(cur, next, false)
 }

@@ -383,12 +383,25 @@ func TestWritesOnlyOnChange(t *testing.T) {
 	e := newEnv(t, "echo", "marker")
 	tr := e.tracker()
 	before := e.stored("echo")
+
+	// The first success records the last success time: one silent write,
+	// no event, no change of UpdatedAt.
+	if ch := e.observe(tr, "echo", Observation{Kind: Success}); ch == nil {
+		t.Fatal("the first success of a tool did not record its last success time")
+	}
+	if w := e.st.Writes(); w != 1 {
+		t.Fatalf("%d writes for the first success, want 1", w)
+	}
+	first := e.stored("echo")
+	if !first.LastSuccessAt.Equal(normTime(e.clock.Now())) || !first.UpdatedAt.Equal(before.UpdatedAt) {
+		t.Fatalf("first success recorded as %+v", first)
+	}
 	notes, err := e.mem.Subscribe(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	for i := range 100 {
+	// Within the refresh interval successes change nothing and write nothing.
+	for i := range 50 {
 		e.clock.Advance(time.Second)
 		if ch := e.observe(tr, "echo", Observation{Kind: []ObservationKind{Success, BusinessFailure}[i%2]}); ch != nil {
 			t.Fatalf("success %d on a healthy tool: Change = %+v, want nil", i, ch)
@@ -399,14 +412,14 @@ func TestWritesOnlyOnChange(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if w := e.st.Writes(); w != 0 {
-		t.Errorf("%d health writes for 200 successes on a healthy tool", w)
+	if w := e.st.Writes(); w != 1 {
+		t.Errorf("%d health writes for 150 successes on a healthy tool within the refresh interval", w-1)
 	}
 	if evs := e.events("echo"); len(evs) != 0 {
 		t.Errorf("%d health.changed events", len(evs))
 	}
-	if after := e.stored("echo"); !sameHealth(before, after, true) || !after.UpdatedAt.Equal(before.UpdatedAt) {
-		t.Errorf("record changed: %+v -> %+v", before, after)
+	if after := e.stored("echo"); !sameHealth(first, after, true) || !after.UpdatedAt.Equal(before.UpdatedAt) {
+		t.Errorf("record changed: %+v -> %+v", first, after)
 	}
 	// Drain another tool as a marker: every notification before its own
 	// must not be about echo's health.
@@ -426,8 +439,8 @@ func TestWritesOnlyOnChange(t *testing.T) {
 	e.observe(tr, "echo", Observation{Kind: ToolError, Error: "x"})
 	e.observe(tr, "echo", Observation{Kind: Success})
 	e.observe(tr, "echo", Observation{Kind: Success})
-	if w := e.st.Writes(); w != 3 { // the marker's drain, the error, the first success
-		t.Errorf("%d writes, want 3", w)
+	if w := e.st.Writes(); w != 4 { // the first success, the marker's drain, the error, the first success after it
+		t.Errorf("%d writes, want 4", w)
 	}
 	if h := e.stored("echo"); h.ConsecutiveErrors != 0 || !h.LastSuccessAt.Equal(e.clock.Now()) {
 		t.Errorf("after recovery %+v", h)

@@ -37,8 +37,13 @@ func TestWatchSnapshotAndFilter(t *testing.T) {
 	}
 	quiet(t, onlyB)
 
-	// A success on a healthy tool and a probe claim are no change a watcher
-	// sees.
+	// The first success records the last success time, which watchers see;
+	// a further success within the refresh interval is no change.
+	e.observe(tr, "c", Observation{Kind: Success})
+	if h := recv(t, all); h.Tool != "c" || !h.LastSuccessAt.Equal(normTime(e.clock.Now())) {
+		t.Fatalf("all: got %+v", h)
+	}
+	e.clock.Advance(time.Second)
 	e.observe(tr, "c", Observation{Kind: Success})
 	quiet(t, all)
 }
