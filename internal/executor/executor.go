@@ -68,6 +68,11 @@ type Executor struct {
 	opts     Options
 	now      func() time.Time
 	log      *slog.Logger
+	// aborted ends every running tool's context: calls run detached from
+	// their callers, so a server stopping for good needs its own way to end
+	// them (Abort).
+	aborted context.Context
+	abort   context.CancelFunc
 }
 
 // New returns an Executor.
@@ -106,11 +111,18 @@ func New(o Options) (*Executor, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	aborted, abort := context.WithCancel(context.Background())
 	return &Executor{
 		st: o.Store, reg: o.Registry, gate: o.Gate, policies: o.Policies, health: o.Health,
-		idem: o.Idempotency, opts: o, now: o.Now, log: o.Logger,
+		idem: o.Idempotency, opts: o, now: o.Now, log: o.Logger, aborted: aborted, abort: abort,
 	}, nil
 }
+
+// Abort cancels the context of every tool still running, and of any that
+// starts later: for a server whose drain time is up. Each aborted call is
+// recorded from what its tool returns (a tool that ignores cancellation is
+// recorded UNKNOWN after the overrun grace), so Execute returns promptly.
+func (e *Executor) Abort() { e.abort() }
 
 // Request is one ExecuteTool request, in domain terms.
 type Request struct {

@@ -107,6 +107,7 @@ type toolOutcome struct {
 	panicked bool
 	timedOut bool // the deadline passed before the tool returned
 	overran  bool // the tool ignored cancellation past the grace period
+	aborted  bool // the server stopped while the tool ran (Abort)
 	elapsed  time.Duration
 }
 
@@ -133,6 +134,7 @@ func (e *Executor) execute(ctx context.Context, c *call, rec *store.Call, adm he
 func (e *Executor) invoke(base context.Context, c *call, rec *store.Call, deadline time.Time, lease *idempotency.Lease) toolOutcome {
 	tctx, cancel := context.WithDeadline(base, deadline)
 	defer cancel()
+	defer context.AfterFunc(e.aborted, cancel)()
 	tc := e.toolCall(c, rec.AttemptCount, deadline, lease.Heartbeat)
 	start := time.Now()
 	done := make(chan toolOutcome, 1)
@@ -165,6 +167,7 @@ func (e *Executor) invoke(base context.Context, c *call, rec *store.Call, deadli
 		grace.Stop()
 	}
 	out.elapsed = time.Since(start)
+	out.aborted = e.aborted.Err() != nil
 	return out
 }
 
@@ -217,6 +220,11 @@ func (e *Executor) record(base context.Context, c *call, rec *store.Call, adm he
 		fail(store.CallReleased, "temporary failure, the tool did not act; retry the call: "+errText(rt.Err),
 			toolErr(errText(rt.Err)))
 		detail["retryable"] = true
+	case out.err != nil && out.aborted:
+		// Cancelled mid-flight by a stopping server: the tool may have
+		// acted before it noticed.
+		fail(store.CallUnknown, "outcome unknown: the server shut down while the tool ran; it may or may not have acted: "+errText(out.err),
+			health.Observation{})
 	case out.err != nil && out.timedOut:
 		fail(store.CallFailed, fmt.Sprintf("the tool did not finish before its deadline (%s)", timeoutOf(c.tool)),
 			toolErr("timeout"))
@@ -252,6 +260,15 @@ func (e *Executor) record(base context.Context, c *call, rec *store.Call, adm he
 
 	now := e.now()
 	change, commit := e.health.Change(c.tool.Name, obs, e.event(c, audit.HealthChanged, "", nil))
+	if out.aborted {
+		// Stopping the server says nothing about the tool's health.
+		change, commit = nil, func() {}
+		if adm.Probe {
+			if err := e.health.ReleaseProbe(base, c.tool.Name, adm); err != nil {
+				e.log.Warn("could not release an aborted probe", "tool", c.tool.Name, "err", err)
+			}
+		}
+	}
 	p := store.FinishCallParams{
 		CallID: rec.ID, Attempt: rec.AttemptCount, State: state, Result: result,
 		Now: now, ExpiresAt: now.Add(e.idem.Retention),

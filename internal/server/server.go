@@ -65,6 +65,7 @@ type Server struct {
 	// streams ends the long-lived watch streams when draining starts: they
 	// never finish on their own, and GracefulStop would wait for them.
 	streams  *streamGroup
+	exec     *executor.Executor
 	health   *grpchealth.Server
 	store    store.Store
 	log      *slog.Logger
@@ -104,6 +105,7 @@ func New(o Options) (*Server, error) {
 	}
 	s := &Server{
 		streams:  &streamGroup{done: make(chan struct{})},
+		exec:     o.Executor,
 		health:   grpchealth.NewServer(),
 		store:    o.Store,
 		log:      log,
@@ -180,6 +182,10 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		s.log.Info("drained")
 	case <-timer.C:
 		s.log.Warn("shutdown timeout passed: cancelling the calls still running", "timeout", s.drain.String())
+		// Tools run detached from their callers' cancellation (their
+		// outcomes must be recorded), so cancelling the RPCs alone would not
+		// end them: abort them, and each records what its tool says.
+		s.exec.Abort()
 		s.grpc.Stop()
 		<-stopped
 	}
