@@ -170,12 +170,16 @@ func TestHealthCircuitThroughAPI(t *testing.T) {
 			}
 		}
 
-		// Business failures: the tool answered; nothing changes.
+		// Business failures: the tool answered; its health does not
+		// change. The first one records the tool's last success time (a
+		// silent bookkeeping write the stream shows); the others, within
+		// health.success_refresh, write nothing.
 		for range 6 {
 			if r := run("fail"); r.Result.GetMessage() != "flaky: failed as requested" {
 				t.Fatalf("business failure answered %v", r)
 			}
 		}
+		stream.next(healthy, 0)
 		stream.quiet()
 		if h := a.health(ctx, t, "flaky"); h.Status != healthy || h.ConsecutiveErrors != 0 {
 			t.Fatalf("after business failures: %v", h)
