@@ -36,4 +36,4 @@ ci:
 ## bench: the benchmarks, as ratios against baselines measured in the same run (BENCHMARKS.md)
 .PHONY: bench
 bench:
-	$(GO) test -run='^$$' -bench=. -benchtime=2s -count=5 ./bench/
+	$(GO) test -run='^$$' -bench=. -benchtime=1s -count=10 ./bench/

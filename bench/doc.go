@@ -10,7 +10,7 @@
 // The package has no non-test code: the benchmarks are in its _test.go
 // files and run with
 //
-//	go test -run='^$' -bench=. -benchtime=2s -count=5 ./bench/
+//	go test -run='^$' -bench=. -benchtime=1s -count=10 ./bench/
 //
 // The load command cmd/toolsvc-load drives a running server the same way.
 // BENCHMARKS.md has the commands, the results and what they mean.
