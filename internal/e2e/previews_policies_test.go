@@ -38,7 +38,7 @@ func TestPreviews(t *testing.T) {
 		t.Run("preview, token, execute, read back", func(t *testing.T) {
 			first := e.mustCall(t, ctx, p, write("k-write", "/todo.md", "- milk\n"), previewRequired)
 			pv := first.Preview
-			if !strings.HasPrefix(pv.GetToken(), "pvw_") || !strings.HasPrefix(pv.Message, "would create /todo.md with 1 lines") {
+			if !strings.HasPrefix(pv.GetToken(), "pvw_") || !strings.HasPrefix(pv.Message, "would create /todo.md with 1 line") {
 				t.Fatalf("preview %v", pv)
 			}
 			v := pv.Value.GetStructValue().Fields
@@ -264,7 +264,7 @@ func TestPolicies(t *testing.T) {
 			// After a read in the task, the delete goes on to the gate.
 			e.mustCall(t, ctx, p, notes("read", task, "", path), succeeded)
 			dpv := e.mustCall(t, ctx, p, notes("delete", task, "k-delete", path), previewRequired)
-			if !strings.HasPrefix(dpv.Preview.Message, "would delete /plan.md (revision 1, 1 lines)") {
+			if !strings.HasPrefix(dpv.Preview.Message, "would delete /plan.md (revision 1, 1 line)") {
 				t.Fatalf("delete preview %q", dpv.Preview.Message)
 			}
 			e.mustCall(t, ctx, p, withToken(notes("delete", task, "k-delete", path), dpv.Preview.Token), succeeded)

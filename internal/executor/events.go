@@ -65,3 +65,11 @@ func (e *Executor) refuse(ctx context.Context, c *call, typ string, err error, d
 	}
 	return err
 }
+
+// withAdjusters adds the risk adjusters that matched the call, if any.
+func withAdjusters(c *call, detail map[string]any) map[string]any {
+	if len(c.adjusters) > 0 {
+		detail["adjusters"] = c.adjusters
+	}
+	return detail
+}

@@ -219,9 +219,6 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 			"tool %q: connector %q is not available on this server", req.Tool, entry.Tool.ConnectorID).
 			With("tool", req.Tool))
 	}
-	if err := e.health.Check(req.Tool); err != nil {
-		return nil, e.reject(ctx, c, err)
-	}
 
 	// 3. Scopes: granted = principal ∩ request; every required scope held.
 	c.granted = p.GrantedScopes(req.Scopes)
@@ -247,6 +244,13 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 				return resp, err
 			}
 		}
+	}
+	// Health refusals (DESIGN §2 step 2) apply to calls that will reach the
+	// tool. They are checked after the idempotency lookup, not before: a
+	// replay or a parked call's answer never touches the tool, so an
+	// unavailable or rate-limited tool is no reason to withhold it.
+	if err := e.health.Check(req.Tool); err != nil {
+		return nil, e.reject(ctx, c, err)
 	}
 	if c.req.PreviewToken != "" && c.preview == nil {
 		return nil, e.reject(ctx, c, fault.New(fault.FailedPrecondition, fault.ReasonPreviewTokenMismatch,
@@ -319,7 +323,7 @@ func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
 	if c.decision == store.DecisionDeny {
 		msg := fmt.Sprintf("the gate denies %s risk calls at %s autonomy", c.risk, c.autonomy)
 		if err := e.appendEvents(ctx, e.event(c, audit.GateDenied, store.OutcomeDenied,
-			map[string]any{"message": msg, "base_risk": cl.Base.String(), "adjusters": c.adjusters})); err != nil {
+			withAdjusters(c, map[string]any{"message": msg, "base_risk": cl.Base.String()}))); err != nil {
 			return nil, err
 		}
 		return e.answer(c, store.OutcomeDenied, &store.Result{Success: false, Message: msg}), nil

@@ -34,10 +34,9 @@ func (e *Executor) parkForApproval(ctx context.Context, c *call, extra ...any) (
 	}
 	rec := e.newRecord(c, store.CallAwaitingApproval, now)
 	rec.ApprovalID = ap.ID
-	detail := map[string]any{
+	detail := withAdjusters(c, map[string]any{
 		"approval_id": ap.ID, "expire_time": ap.ExpiresAt, "escalated_from_preview": c.escalated,
-		"adjusters": c.adjusters,
-	}
+	})
 	for i := 0; i+1 < len(extra); i += 2 {
 		detail[fmt.Sprint(extra[i])] = extra[i+1]
 	}
@@ -80,7 +79,7 @@ func (e *Executor) parkForPreview(ctx context.Context, c *call) (*Response, erro
 	}
 	rec := e.newRecord(c, store.CallAwaitingPreview, now)
 	rec.PreviewToken = pv.Token
-	detail := map[string]any{"expire_time": pv.ExpiresAt, "adjusters": c.adjusters}
+	detail := withAdjusters(c, map[string]any{"expire_time": pv.ExpiresAt})
 	if c.tool.AuditPayloads {
 		detail["preview_message"] = pv.Message
 	}
@@ -165,7 +164,7 @@ func (e *Executor) previewResponse(c *call, pv *store.Preview) *Response {
 		msg += ": " + pv.Message
 	}
 	r := e.answer(c, store.OutcomePreviewRequired, &store.Result{Success: false, Message: msg +
-		". To execute it, call again with the same idempotency key and arguments and context.preview_token set to the preview's token.",
+		"\n\nTo execute it, call again with the same idempotency key and arguments and context.preview_token set to the preview's token.",
 		Value: pv.Value})
 	r.Preview = pv
 	return r

@@ -39,7 +39,7 @@ func (e *Executor) run(ctx context.Context, c *call) (*Response, error) {
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
-	detail := map[string]any{"adjusters": c.adjusters, "probe": adm.Probe, "deadline": deadline}
+	detail := withAdjusters(c, map[string]any{"probe": adm.Probe, "deadline": deadline})
 	if c.approval != nil {
 		detail["approval_id"] = c.approval.ID
 	}
@@ -105,9 +105,10 @@ type toolOutcome struct {
 	res      *toolkit.Result
 	err      error
 	panicked bool
-	timedOut bool // the deadline passed before the tool returned
-	overran  bool // the tool ignored cancellation past the grace period
-	aborted  bool // the server stopped while the tool ran (Abort)
+	timedOut bool          // the deadline passed before the tool returned
+	overran  bool          // the tool ignored cancellation past the grace period
+	aborted  bool          // the server stopped while the tool ran (Abort)
+	allowed  time.Duration // the time the tool was given: the earlier of its timeout and the caller's deadline
 	elapsed  time.Duration
 }
 
@@ -137,6 +138,7 @@ func (e *Executor) invoke(base context.Context, c *call, rec *store.Call, deadli
 	defer context.AfterFunc(e.aborted, cancel)()
 	tc := e.toolCall(c, rec.AttemptCount, deadline, lease.Heartbeat)
 	start := time.Now()
+	allowed := deadline.Sub(start)
 	done := make(chan toolOutcome, 1)
 	go func() {
 		var out toolOutcome
@@ -167,6 +169,7 @@ func (e *Executor) invoke(base context.Context, c *call, rec *store.Call, deadli
 		grace.Stop()
 	}
 	out.elapsed = time.Since(start)
+	out.allowed = allowed
 	out.aborted = e.aborted.Err() != nil
 	return out
 }
@@ -226,7 +229,7 @@ func (e *Executor) record(base context.Context, c *call, rec *store.Call, adm he
 		fail(store.CallUnknown, "outcome unknown: the server shut down while the tool ran; it may or may not have acted: "+errText(out.err),
 			health.Observation{})
 	case out.err != nil && out.timedOut:
-		fail(store.CallFailed, fmt.Sprintf("the tool did not finish before its deadline (%s)", timeoutOf(c.tool)),
+		fail(store.CallFailed, fmt.Sprintf("the tool did not finish before its deadline (%s after it started)", out.allowed.Round(100*time.Millisecond)),
 			toolErr("timeout"))
 	case out.err != nil:
 		fail(store.CallFailed, "the tool failed: "+errText(out.err), toolErr(errText(out.err)))

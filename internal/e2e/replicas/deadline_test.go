@@ -81,7 +81,7 @@ func TestDeadlinesAndPanics(t *testing.T) {
 				t.Fatalf("answered after %s; the timeout is 2s", took)
 			}
 			failedOnce(ctx, t, r, "flaky", "hang", a, resp, toolsvcv1.Outcome_OUTCOME_FAILED,
-				"the tool did not finish before its deadline (2s)", "timeout", func() int64 { return flakyRuns(t, r) })
+				"the tool did not finish before its deadline (2s after it started)", "timeout", func() int64 { return flakyRuns(t, r) })
 		})
 
 		t.Run("hang_unknown", func(t *testing.T) {

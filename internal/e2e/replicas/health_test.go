@@ -387,7 +387,10 @@ func TestRateLimitRefusesUntilReset(t *testing.T) {
 		}
 
 		evs := events(ctx, t, r.app.Store(), store.AuditFilter{CallID: c.CallId})
-		wantTypes(t, "rate-limited call", typesOf(evs), []string{audit.ToolCallAttempted, audit.ToolCallFailed, audit.HealthChanged})
+		// The refused retries of the released key (one per replica) come
+		// after the idempotency lookup, so they are attributed to the call.
+		wantTypes(t, "rate-limited call", typesOf(evs), []string{audit.ToolCallAttempted, audit.ToolCallFailed, audit.HealthChanged,
+			audit.ToolCallRejected, audit.ToolCallRejected})
 		for _, e := range evs {
 			switch e.Type {
 			case audit.ToolCallFailed:

@@ -306,13 +306,13 @@ func (n *Notes) Preview(_ context.Context, call *toolkit.Call) (*toolkit.Preview
 		} else {
 			p.Operation = "create"
 			p.Diff, p.Added, p.Removed = lineDiff("", a.Path, "", *a.Content)
-			msg = fmt.Sprintf("would create %s with %d lines\n%s", a.Path, p.Added, p.Diff)
+			msg = fmt.Sprintf("would create %s with %s\n%s", a.Path, plural(p.Added, "line"), p.Diff)
 		}
 	case "delete":
 		p.Operation = "delete"
 		if exists {
 			p.Diff, p.Added, p.Removed = lineDiff(a.Path, "", d.content, "")
-			msg = fmt.Sprintf("would delete %s (revision %d, %d lines)\n%s", a.Path, d.revision, p.Removed, p.Diff)
+			msg = fmt.Sprintf("would delete %s (revision %d, %s)\n%s", a.Path, d.revision, plural(p.Removed, "line"), p.Diff)
 		} else {
 			msg = fmt.Sprintf("would fail: no note at path %s", a.Path)
 		}
@@ -335,4 +335,12 @@ func (n *Notes) ResourceExists(_ context.Context, call *toolkit.Call) (bool, err
 	defer n.mu.Unlock()
 	_, ok := n.docs[a.Path]
 	return ok, nil
+}
+
+// plural says "1 line", "2 lines".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -127,7 +127,7 @@ func TestNotesPreview(t *testing.T) {
 	if v != want {
 		t.Fatalf("preview create = %+v, want %+v", v, want)
 	}
-	if !strings.HasPrefix(p.Message, "would create /todo.md with 1 lines") || !strings.Contains(p.Message, "+- milk") {
+	if !strings.HasPrefix(p.Message, "would create /todo.md with 1 line") || !strings.Contains(p.Message, "+- milk") {
 		t.Fatalf("preview create message %q", p.Message)
 	}
 	if exists(t, n, "/todo.md") {
