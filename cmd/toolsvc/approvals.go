@@ -76,12 +76,10 @@ another principal with --principal.`,
 		Args:  exactArgs("APPROVAL_ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cf.withClient(cmd, lookupEnv, func(c *client) error {
-				var resp *toolsvcv1.GetApprovalResponse
-				if err := c.call(func(ctx context.Context) error {
-					var err error
-					resp, err = approvals(c).GetApproval(ctx, &toolsvcv1.GetApprovalRequest{ApprovalId: args[0]})
-					return err
-				}); err != nil {
+				resp, err := unary(c, func(ctx context.Context) (*toolsvcv1.GetApprovalResponse, error) {
+					return approvals(c).GetApproval(ctx, &toolsvcv1.GetApprovalRequest{ApprovalId: args[0]})
+				})
+				if err != nil {
 					return err
 				}
 				if c.json {
@@ -106,12 +104,10 @@ another principal with --principal.`,
 				}
 				req := &toolsvcv1.ResolveApprovalRequest{ApprovalId: args[0], Decision: decision, Comment: comment}
 				return cf.withClient(cmd, lookupEnv, func(c *client) error {
-					var resp *toolsvcv1.ResolveApprovalResponse
-					if err := c.call(func(ctx context.Context) error {
-						var err error
-						resp, err = approvals(c).ResolveApproval(ctx, req)
-						return err
-					}); err != nil {
+					resp, err := unary(c, func(ctx context.Context) (*toolsvcv1.ResolveApprovalResponse, error) {
+						return approvals(c).ResolveApproval(ctx, req)
+					})
+					if err != nil {
 						return err
 					}
 					if c.json {

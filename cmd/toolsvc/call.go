@@ -79,12 +79,10 @@ next); 2 bad usage; 4 an error from the server.`,
 			return err
 		}
 		return cf.withClient(cmd, lookupEnv, func(c *client) error {
-			var resp *toolsvcv1.ExecuteToolResponse
-			if err := c.call(func(ctx context.Context) error {
-				var err error
-				resp, err = toolsvcv1.NewToolExecutionServiceClient(c.conn).ExecuteTool(ctx, req)
-				return err
-			}); err != nil {
+			resp, err := unary(c, func(ctx context.Context) (*toolsvcv1.ExecuteToolResponse, error) {
+				return toolsvcv1.NewToolExecutionServiceClient(c.conn).ExecuteTool(ctx, req)
+			})
+			if err != nil {
 				return err
 			}
 			if c.json {
@@ -331,12 +329,10 @@ func newCallsCommand(lookupEnv env) *cobra.Command {
 				req.Selector = &toolsvcv1.GetCallRequest_IdempotencyKey{IdempotencyKey: key}
 			}
 			return cf.withClient(cmd, lookupEnv, func(c *client) error {
-				var resp *toolsvcv1.GetCallResponse
-				if err := c.call(func(ctx context.Context) error {
-					var err error
-					resp, err = toolsvcv1.NewToolExecutionServiceClient(c.conn).GetCall(ctx, req)
-					return err
-				}); err != nil {
+				resp, err := unary(c, func(ctx context.Context) (*toolsvcv1.GetCallResponse, error) {
+					return toolsvcv1.NewToolExecutionServiceClient(c.conn).GetCall(ctx, req)
+				})
+				if err != nil {
 					return err
 				}
 				if c.json {
@@ -373,12 +369,10 @@ the settled outcome.`,
 			}
 			req := &toolsvcv1.ResolveCallRequest{CallId: args[0], Outcome: toolsvcv1.Outcome(n), Comment: comment}
 			return cf.withClient(cmd, lookupEnv, func(c *client) error {
-				var resp *toolsvcv1.ResolveCallResponse
-				if err := c.call(func(ctx context.Context) error {
-					var err error
-					resp, err = toolsvcv1.NewToolExecutionServiceClient(c.conn).ResolveCall(ctx, req)
-					return err
-				}); err != nil {
+				resp, err := unary(c, func(ctx context.Context) (*toolsvcv1.ResolveCallResponse, error) {
+					return toolsvcv1.NewToolExecutionServiceClient(c.conn).ResolveCall(ctx, req)
+				})
+				if err != nil {
 					return err
 				}
 				if c.json {

@@ -166,6 +166,18 @@ func (c *client) call(fn func(ctx context.Context) error) error {
 	return nil
 }
 
+// unary runs one RPC with the client's timeout and returns its response;
+// a failure is printed (rpcError) and becomes exit code 4.
+func unary[T any](c *client, fn func(ctx context.Context) (T, error)) (T, error) {
+	var out T
+	err := c.call(func(ctx context.Context) error {
+		var err error
+		out, err = fn(ctx)
+		return err
+	})
+	return out, err
+}
+
 // rpcError prints an error from the server: in table mode every detail the
 // server attached, readably; in json mode the google.rpc.Status as protojson
 // on stderr. It returns the exit error (code 4).

@@ -70,12 +70,10 @@ func newHealthCommand(lookupEnv env) *cobra.Command {
 		Args:  exactArgs("TOOL"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cf.withClient(cmd, lookupEnv, func(c *client) error {
-				var resp *toolsvcv1.GetToolHealthResponse
-				if err := c.call(func(ctx context.Context) error {
-					var err error
-					resp, err = healthClient(c).GetToolHealth(ctx, &toolsvcv1.GetToolHealthRequest{Tool: args[0]})
-					return err
-				}); err != nil {
+				resp, err := unary(c, func(ctx context.Context) (*toolsvcv1.GetToolHealthResponse, error) {
+					return healthClient(c).GetToolHealth(ctx, &toolsvcv1.GetToolHealthRequest{Tool: args[0]})
+				})
+				if err != nil {
 					return err
 				}
 				if c.json {
@@ -100,12 +98,10 @@ func newHealthCommand(lookupEnv env) *cobra.Command {
 				}
 				req := &toolsvcv1.SetToolHealthRequest{Tool: args[0], Operation: op, Reason: reason}
 				return cf.withClient(cmd, lookupEnv, func(c *client) error {
-					var resp *toolsvcv1.SetToolHealthResponse
-					if err := c.call(func(ctx context.Context) error {
-						var err error
-						resp, err = healthClient(c).SetToolHealth(ctx, req)
-						return err
-					}); err != nil {
+					resp, err := unary(c, func(ctx context.Context) (*toolsvcv1.SetToolHealthResponse, error) {
+						return healthClient(c).SetToolHealth(ctx, req)
+					})
+					if err != nil {
 						return err
 					}
 					if c.json {

@@ -60,12 +60,10 @@ func newToolsCommand(lookupEnv env) *cobra.Command {
 		Args:  exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cf.withClient(cmd, lookupEnv, func(c *client) error {
-				var resp *toolsvcv1.GetToolResponse
-				if err := c.call(func(ctx context.Context) error {
-					var err error
-					resp, err = registry(c).GetTool(ctx, &toolsvcv1.GetToolRequest{Name: args[0]})
-					return err
-				}); err != nil {
+				resp, err := unary(c, func(ctx context.Context) (*toolsvcv1.GetToolResponse, error) {
+					return registry(c).GetTool(ctx, &toolsvcv1.GetToolRequest{Name: args[0]})
+				})
+				if err != nil {
 					return err
 				}
 				if c.json {
@@ -107,12 +105,10 @@ a bad definition is refused with one line per problem and nothing is written.`,
 			}
 			req := &toolsvcv1.RegisterToolRequest{Tool: tool, ExpectedVersion: expected, ValidateOnly: validateOnly}
 			return cf.withClient(cmd, lookupEnv, func(c *client) error {
-				var resp *toolsvcv1.RegisterToolResponse
-				if err := c.call(func(ctx context.Context) error {
-					var err error
-					resp, err = registry(c).RegisterTool(ctx, req)
-					return err
-				}); err != nil {
+				resp, err := unary(c, func(ctx context.Context) (*toolsvcv1.RegisterToolResponse, error) {
+					return registry(c).RegisterTool(ctx, req)
+				})
+				if err != nil {
 					return err
 				}
 				if c.json {
@@ -144,12 +140,10 @@ a bad definition is refused with one line per problem and nothing is written.`,
 				return usage(fmt.Errorf("--expected-version must be positive (or 0: any), not %d", deregExpected))
 			}
 			return cf.withClient(cmd, lookupEnv, func(c *client) error {
-				var resp *toolsvcv1.DeregisterToolResponse
-				if err := c.call(func(ctx context.Context) error {
-					var err error
-					resp, err = registry(c).DeregisterTool(ctx, &toolsvcv1.DeregisterToolRequest{Name: args[0], ExpectedVersion: deregExpected})
-					return err
-				}); err != nil {
+				resp, err := unary(c, func(ctx context.Context) (*toolsvcv1.DeregisterToolResponse, error) {
+					return registry(c).DeregisterTool(ctx, &toolsvcv1.DeregisterToolRequest{Name: args[0], ExpectedVersion: deregExpected})
+				})
+				if err != nil {
 					return err
 				}
 				if c.json {
