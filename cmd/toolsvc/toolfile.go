@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/yamlvalue"
 )
 
 // readToolFile reads the one tool definition in path ("-": stdin) for
@@ -301,87 +301,8 @@ func decodeDocument(data []byte) (any, error) {
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, fmt.Errorf("not valid YAML: %w", err)
 	}
-	budget := maxYAMLNodes
-	return yamlValue(&root, 0, &budget)
-}
-
-// Bounds of a YAML document: nesting depth, and nodes visited, which also
-// stops aliases that expand exponentially.
-const (
-	maxYAMLDepth = 64
-	maxYAMLNodes = 100_000
-)
-
-func yamlValue(n *yaml.Node, depth int, budget *int) (any, error) {
-	if depth > maxYAMLDepth {
-		return nil, errors.New("nested too deeply")
+	if len(root.Content) == 0 {
+		return nil, errors.New("the file is empty")
 	}
-	if *budget--; *budget < 0 {
-		return nil, fmt.Errorf("more than %d values (aliases expanding?)", maxYAMLNodes)
-	}
-	switch n.Kind {
-	case yaml.DocumentNode:
-		if len(n.Content) == 0 {
-			return nil, errors.New("the file is empty")
-		}
-		return yamlValue(n.Content[0], depth+1, budget)
-	case yaml.AliasNode:
-		return yamlValue(n.Alias, depth+1, budget)
-	case yaml.MappingNode:
-		m := make(map[string]any, len(n.Content)/2)
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			kn := n.Content[i]
-			if kn.Kind != yaml.ScalarNode {
-				return nil, fmt.Errorf("line %d: keys must be strings", kn.Line)
-			}
-			if _, dup := m[kn.Value]; dup {
-				return nil, fmt.Errorf("line %d: key %q given twice", kn.Line, kn.Value)
-			}
-			v, err := yamlValue(n.Content[i+1], depth+1, budget)
-			if err != nil {
-				return nil, err
-			}
-			m[kn.Value] = v
-		}
-		return m, nil
-	case yaml.SequenceNode:
-		l := make([]any, 0, len(n.Content))
-		for _, c := range n.Content {
-			v, err := yamlValue(c, depth+1, budget)
-			if err != nil {
-				return nil, err
-			}
-			l = append(l, v)
-		}
-		return l, nil
-	case yaml.ScalarNode:
-		switch n.ShortTag() {
-		case "!!null":
-			return nil, nil
-		case "!!bool":
-			var b bool
-			if err := n.Decode(&b); err != nil {
-				return nil, fmt.Errorf("line %d: %w", n.Line, err)
-			}
-			return b, nil
-		case "!!int", "!!float":
-			var f float64
-			if err := n.Decode(&f); err != nil {
-				return nil, fmt.Errorf("line %d: %w", n.Line, err)
-			}
-			if math.IsInf(f, 0) || math.IsNaN(f) {
-				return nil, fmt.Errorf("line %d: %s is not a JSON number", n.Line, n.Value)
-			}
-			if n.ShortTag() == "!!int" {
-				var i int64
-				if err := n.Decode(&i); err == nil {
-					return json.Number(strconv.FormatInt(i, 10)), nil
-				}
-			}
-			return json.Number(strconv.FormatFloat(f, 'g', -1, 64)), nil
-		default: // strings, and timestamps and the like kept as written
-			return n.Value, nil
-		}
-	}
-	return nil, fmt.Errorf("line %d: unsupported YAML node", n.Line)
+	return yamlvalue.FromNode(&root)
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"regexp"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/yamlvalue"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
@@ -345,8 +345,7 @@ func nodeJSON(n *yaml.Node, field string, bad func(string, int, string, ...any))
 	if n.Kind == 0 {
 		return nil
 	}
-	budget := maxYAMLNodes
-	v, err := nodeValue(n, 0, &budget)
+	v, err := yamlvalue.FromNode(n)
 	if err != nil {
 		bad(field, n.Line, "%v", err)
 		return nil
@@ -357,84 +356,4 @@ func nodeJSON(n *yaml.Node, field string, bad func(string, int, string, ...any))
 		return nil
 	}
 	return b
-}
-
-// Bounds of a converted value: nesting depth, and nodes visited, which
-// also stops aliases that expand exponentially ("billion laughs").
-const (
-	maxYAMLDepth = 64
-	maxYAMLNodes = 100_000
-)
-
-// nodeValue converts a YAML node to a value that encodes as JSON: mappings
-// with string keys, sequences, and scalars by their resolved tag.
-func nodeValue(n *yaml.Node, depth int, budget *int) (any, error) {
-	if depth > maxYAMLDepth {
-		return nil, errors.New("nested too deeply")
-	}
-	if *budget--; *budget < 0 {
-		return nil, fmt.Errorf("more than %d values (aliases expanding?)", maxYAMLNodes)
-	}
-	switch n.Kind {
-	case yaml.DocumentNode:
-		if len(n.Content) == 0 {
-			return nil, nil
-		}
-		return nodeValue(n.Content[0], depth+1, budget)
-	case yaml.AliasNode:
-		return nodeValue(n.Alias, depth+1, budget)
-	case yaml.MappingNode:
-		m := make(map[string]any, len(n.Content)/2)
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := n.Content[i]
-			if k.Kind != yaml.ScalarNode || k.ShortTag() == "!!merge" {
-				return nil, fmt.Errorf("keys must be plain strings (line %d)", k.Line)
-			}
-			v, err := nodeValue(n.Content[i+1], depth+1, budget)
-			if err != nil {
-				return nil, err
-			}
-			m[k.Value] = v
-		}
-		return m, nil
-	case yaml.SequenceNode:
-		l := make([]any, 0, len(n.Content))
-		for _, c := range n.Content {
-			v, err := nodeValue(c, depth+1, budget)
-			if err != nil {
-				return nil, err
-			}
-			l = append(l, v)
-		}
-		return l, nil
-	case yaml.ScalarNode:
-		switch n.ShortTag() {
-		case "!!null":
-			return nil, nil
-		case "!!bool":
-			var b bool
-			if err := n.Decode(&b); err != nil {
-				return nil, err
-			}
-			return b, nil
-		case "!!int":
-			var i int64
-			if err := n.Decode(&i); err != nil {
-				return nil, fmt.Errorf("line %d: %w", n.Line, err)
-			}
-			return json.Number(strconv.FormatInt(i, 10)), nil
-		case "!!float":
-			var f float64
-			if err := n.Decode(&f); err != nil {
-				return nil, fmt.Errorf("line %d: %w", n.Line, err)
-			}
-			if math.IsInf(f, 0) || math.IsNaN(f) {
-				return nil, fmt.Errorf("line %d: %s is not a JSON number", n.Line, n.Value)
-			}
-			return json.Number(strconv.FormatFloat(f, 'g', -1, 64)), nil
-		default: // strings, and timestamps or binaries kept as written
-			return n.Value, nil
-		}
-	}
-	return nil, fmt.Errorf("line %d: unsupported YAML node", n.Line)
 }
