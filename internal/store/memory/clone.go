@@ -3,8 +3,10 @@ package memory
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/toolsvc/toolsvc/internal/store"
 )
@@ -248,9 +250,9 @@ func cloneDetailValue(v any) any {
 	}
 }
 
-// importEvents copies events into the store's form: the detail goes through
-// JSON, as it does through a jsonb column, so callers see the same types
-// from both backends.
+// importEvents copies events into the store's form: the detail becomes what
+// it would be after a trip through JSON, as through a jsonb column, so
+// callers see the same types from both backends.
 func importEvents(events []store.AuditEvent) ([]*store.AuditEvent, error) {
 	out := make([]*store.AuditEvent, 0, len(events))
 	seen := make(map[string]struct{}, len(events))
@@ -266,13 +268,18 @@ func importEvents(events []store.AuditEvent) ([]*store.AuditEvent, error) {
 		e.Seq = 0
 		e.Time = normTime(e.Time)
 		if e.Detail != nil {
-			b, err := json.Marshal(e.Detail)
-			if err != nil {
-				return nil, fmt.Errorf("audit event %s detail: %v: %w", e.ID, err, store.ErrInvalid)
-			}
-			var d map[string]any
-			if err := json.Unmarshal(b, &d); err != nil {
-				return nil, fmt.Errorf("audit event %s detail: %v: %w", e.ID, err, store.ErrInvalid)
+			d, ok := jsonCopyMap(e.Detail, 0)
+			if !ok {
+				// What the copy cannot do directly (or a detail JSON
+				// refuses, which then says why): the JSON round trip.
+				b, err := json.Marshal(e.Detail)
+				if err != nil {
+					return nil, fmt.Errorf("audit event %s detail: %v: %w", e.ID, err, store.ErrInvalid)
+				}
+				d = nil
+				if err := json.Unmarshal(b, &d); err != nil {
+					return nil, fmt.Errorf("audit event %s detail: %v: %w", e.ID, err, store.ErrInvalid)
+				}
 			}
 			e.Detail = d
 		}
@@ -288,4 +295,144 @@ func importHistory(h *store.TaskHistoryEntry) (*store.TaskHistoryEntry, error) {
 	c := *h
 	c.At = normTime(h.At)
 	return &c, nil
+}
+
+// The detail copy. A detail is stored as json.Unmarshal would decode
+// json.Marshal(detail): objects as map[string]any, arrays as []any, numbers
+// as float64, strings, bools and nil. Encoding and decoding every event's
+// detail was the larger part of the memory store's CPU on the hot path, and
+// most details are already (nearly) in that form, so jsonCopy builds the
+// decoded form directly for the values whose JSON form it knows exactly, and
+// sends only the other values through JSON, each on its own (a value's JSON
+// encoding does not depend on what contains it). It gives up (ok false) only
+// where encoding fails, so that the caller's JSON round trip of the whole
+// detail reports the error as it always has.
+
+// jsonCopyMaxDepth is how deep jsonCopy recurses before it hands a subtree
+// to JSON, which also detects cycles (a map that contains itself).
+const jsonCopyMaxDepth = 64
+
+// jsonSafeInt bounds the integers whose float64 conversion is exact, and
+// therefore equal to what decoding their decimal form gives.
+const jsonSafeInt = 1 << 53
+
+func jsonCopyMap(m map[string]any, depth int) (map[string]any, bool) {
+	c := make(map[string]any, len(m))
+	for k, v := range m {
+		if !utf8.ValidString(k) {
+			// Encoding replaces invalid bytes (and may merge keys).
+			return jsonCopyVia(m)
+		}
+		cv, ok := jsonCopy(v, depth+1)
+		if !ok {
+			return nil, false
+		}
+		c[k] = cv
+	}
+	return c, true
+}
+
+// jsonCopyVia is a map's decoded form through JSON.
+func jsonCopyVia(m map[string]any) (map[string]any, bool) {
+	v, ok := jsonRoundTrip(m)
+	if !ok {
+		return nil, false
+	}
+	c, _ := v.(map[string]any)
+	return c, true
+}
+
+func jsonCopy(v any, depth int) (any, bool) {
+	if depth > jsonCopyMaxDepth {
+		return jsonRoundTrip(v)
+	}
+	switch v := v.(type) {
+	case nil:
+		return nil, true
+	case bool:
+		return v, true
+	case string:
+		if utf8.ValidString(v) {
+			return v, true
+		}
+	case float64:
+		// Encoding writes the shortest decimal that reads back as v;
+		// NaN and infinities do not encode.
+		if !math.IsNaN(v) && !math.IsInf(v, 0) {
+			return v, true
+		}
+	case int:
+		if v >= -jsonSafeInt && v <= jsonSafeInt {
+			return float64(v), true
+		}
+	case int64:
+		if v >= -jsonSafeInt && v <= jsonSafeInt {
+			return float64(v), true
+		}
+	case int32:
+		return float64(v), true
+	case time.Time:
+		// Encoding is MarshalJSON's quoted RFC 3339 text, which has nothing
+		// to escape.
+		b, err := v.MarshalJSON()
+		if err == nil && len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' {
+			return string(b[1 : len(b)-1]), true
+		}
+	case json.RawMessage:
+		// Encoding validates and compacts it; decoding it directly gives
+		// the same value (and fails where encoding would).
+		if v == nil {
+			return nil, true // null
+		}
+		var out any
+		if err := json.Unmarshal(v, &out); err == nil {
+			return out, true
+		}
+	case map[string]any:
+		if v == nil {
+			return nil, true // null
+		}
+		return jsonCopyMap(v, depth)
+	case []any:
+		if v == nil {
+			return nil, true // null
+		}
+		c := make([]any, len(v))
+		for i, e := range v {
+			ce, ok := jsonCopy(e, depth+1)
+			if !ok {
+				return nil, false
+			}
+			c[i] = ce
+		}
+		return c, true
+	case []string:
+		if v == nil {
+			return nil, true // null
+		}
+		c := make([]any, len(v))
+		for i, e := range v {
+			ce, ok := jsonCopy(e, depth+1)
+			if !ok {
+				return nil, false
+			}
+			c[i] = ce
+		}
+		return c, true
+	}
+	return jsonRoundTrip(v)
+}
+
+// jsonRoundTrip is v's decoded form through JSON; false if v does not
+// encode.
+func jsonRoundTrip(v any) (any, bool) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, false
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, false
+	}
+	return out, true
 }

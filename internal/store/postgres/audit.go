@@ -3,30 +3,152 @@ package postgres
 import (
 	"context"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
+	"time"
 
 	"github.com/toolsvc/toolsvc/internal/store"
 )
 
-// AppendAuditEvents implements store.AuditStore. Each event's Seq is set in
+// AppendAuditEvents implements store.AuditStore. The batch is one INSERT
+// in autocommit: one round trip, atomic for the whole batch (a refused event
+// fails the statement, so nothing is stored). Each event's Seq is set in
 // events once they are stored.
 func (s *Store) AppendAuditEvents(ctx context.Context, events []store.AuditEvent) error {
 	if len(events) == 0 {
 		return nil
 	}
-	// Work on a copy: the transaction may be run again.
-	cp := append([]store.AuditEvent(nil), events...)
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var tl tail
-		tl.events(cp)
-		return tl.send(ctx, tx)
+	rows, err := newAuditRows(events)
+	if err != nil {
+		return fmt.Errorf("append audit events: %w", err)
+	}
+	var args stmtArgs
+	q := rows.insertSQL(&args, "", "e.call_id")
+	var ids []string
+	var seqs []int64
+	err = s.retry(ctx, func() error {
+		ids, seqs = ids[:0], seqs[:0]
+		r, err := s.pool.Query(ctx, q, args...)
+		if err != nil {
+			return interpretError(err)
+		}
+		defer r.Close()
+		for r.Next() {
+			var id string
+			var seq int64
+			if err := r.Scan(&id, &seq); err != nil {
+				return interpretError(err)
+			}
+			ids, seqs = append(ids, id), append(seqs, seq)
+		}
+		return interpretError(r.Err())
 	})
 	if err != nil {
 		return fmt.Errorf("append audit events: %w", err)
 	}
+	return setSeqs(events, ids, seqs)
+}
+
+// auditDetails checks that every event has an ID and encodes their details
+// (nil: no detail), so that a refused batch is refused before anything is
+// sent.
+func auditDetails(events []store.AuditEvent) ([]*string, error) {
+	details := make([]*string, len(events))
 	for i := range events {
-		events[i].Seq = cp[i].Seq
+		ev := &events[i]
+		if ev.ID == "" {
+			return nil, fmt.Errorf("%w: audit event %d (%s) has no id", store.ErrInvalid, i, ev.Type)
+		}
+		d, err := marshalDetail(ev.Detail)
+		if err != nil {
+			return nil, err
+		}
+		if d != nil {
+			text := d.(string)
+			details[i] = &text
+		}
+	}
+	return details, nil
+}
+
+// auditRows are audit events as column arrays, so that one statement of one
+// fixed text stores a batch of any size: INSERT … SELECT … FROM
+// unnest(arrays) WITH ORDINALITY … ORDER BY the ordinal. Seq follows the
+// batch order because the identity default is evaluated in the projection
+// above that sort (Postgres evaluates volatile target-list expressions after
+// ORDER BY; the plan is Insert <- Subquery Scan (nextval) <- Sort).
+type auditRows struct {
+	ids, types, callIDs, traceIDs, taskIDs, stepIDs, principals, tools, actions []string
+	risks, decisions, outcomes                                                  []string
+	times                                                                       []time.Time
+	details                                                                     []*string
+}
+
+// newAuditRows returns events as column arrays: store.ErrInvalid if an event
+// has no ID or a detail that cannot be encoded.
+func newAuditRows(events []store.AuditEvent) (*auditRows, error) {
+	details, err := auditDetails(events)
+	if err != nil {
+		return nil, err
+	}
+	n := len(events)
+	r := &auditRows{
+		ids: make([]string, n), types: make([]string, n), callIDs: make([]string, n),
+		traceIDs: make([]string, n), taskIDs: make([]string, n), stepIDs: make([]string, n),
+		principals: make([]string, n), tools: make([]string, n), actions: make([]string, n),
+		risks: make([]string, n), decisions: make([]string, n), outcomes: make([]string, n),
+		times: make([]time.Time, n), details: details,
+	}
+	for i := range events {
+		ev := &events[i]
+		r.ids[i], r.types[i], r.callIDs[i] = ev.ID, ev.Type, ev.CallID
+		r.traceIDs[i], r.taskIDs[i], r.stepIDs[i] = ev.TraceID, ev.TaskID, ev.StepID
+		r.principals[i], r.tools[i], r.actions[i] = ev.Principal, ev.Tool, ev.Action
+		r.risks[i], r.decisions[i], r.outcomes[i] = riskText(ev.Risk), string(ev.Decision), string(ev.Outcome)
+		r.times[i] = ev.Time
+	}
+	return r, nil
+}
+
+// insertSQL is the INSERT that stores the rows, returning (id, seq) of each;
+// its arguments are added to args. If from is set (a CTE with at most one
+// row, aliased), the events are joined with it: they are stored only if it
+// has a row, and callID (SQL) may take the call id from it; otherwise callID
+// is "e.call_id", the events' own.
+func (r *auditRows) insertSQL(args *stmtArgs, from, callID string) string {
+	if from != "" {
+		from += ", "
+	}
+	return `INSERT INTO audit_events
+		(id, time, type, call_id, trace_id, task_id, step_id, principal, tool, action, risk, decision, outcome, detail)
+		SELECT e.id, e.time, e.type, ` + callID + `, e.trace_id, e.task_id, e.step_id, e.principal, e.tool,
+			e.action, e.risk, e.decision, e.outcome, e.detail::jsonb
+		FROM ` + from + `unnest(` + args.add(r.ids) + `::text[], ` + args.add(r.times) + `::timestamptz[], ` +
+		args.add(r.types) + `::text[], ` + args.add(r.callIDs) + `::text[], ` + args.add(r.traceIDs) + `::text[], ` +
+		args.add(r.taskIDs) + `::text[], ` + args.add(r.stepIDs) + `::text[], ` + args.add(r.principals) + `::text[], ` +
+		args.add(r.tools) + `::text[], ` + args.add(r.actions) + `::text[], ` + args.add(r.risks) + `::text[], ` +
+		args.add(r.decisions) + `::text[], ` + args.add(r.outcomes) + `::text[], ` + args.add(r.details) + `::text[])
+			WITH ORDINALITY AS e(id, time, type, call_id, trace_id, task_id, step_id, principal, tool, action,
+				risk, decision, outcome, detail, ord)
+		ORDER BY e.ord
+		RETURNING id, seq`
+}
+
+// setSeqs sets the Seq of each event from the (id, seq) pairs its INSERT
+// returned. Event IDs are unique within a stored batch (the column is), so
+// the pairs name the events unambiguously.
+func setSeqs(events []store.AuditEvent, ids []string, seqs []int64) error {
+	if len(ids) != len(events) || len(seqs) != len(events) {
+		return fmt.Errorf("postgres: %d audit events stored of %d", len(ids), len(events))
+	}
+	byID := make(map[string]int64, len(ids))
+	for i, id := range ids {
+		byID[id] = seqs[i]
+	}
+	for i := range events {
+		seq, ok := byID[events[i].ID]
+		if !ok {
+			return fmt.Errorf("postgres: audit event %s was not stored", events[i].ID)
+		}
+		events[i].Seq = seq
 	}
 	return nil
 }

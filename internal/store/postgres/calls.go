@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -62,6 +63,15 @@ const insertPreviewSQL = `INSERT INTO previews (` + previewColumns + `)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
 
 // ClaimCall implements store.CallStore.
+//
+// The claim is one statement in autocommit (claimStatement): the claim and,
+// only if it claimed, the approval or preview, the events and the
+// notification — one round trip, one transaction. A claim that loses reads
+// the holder next; if the holder has meanwhile become claimable (released
+// with this fingerprint) or gone, or if an event is refused (which must be
+// reported only once the claim is known to have won), the claim is decided
+// again by claimInTx, the transaction that reads the holder under the lock
+// its claim took.
 func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.Call, bool, error) {
 	if p.Call == nil {
 		return nil, false, fmt.Errorf("%w: claim call: no call", store.ErrInvalid)
@@ -94,9 +104,141 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 	var (
 		out     *store.Call
 		claimed bool
+		events  []store.AuditEvent // p.Events as stored, when claimed
+	)
+	if rows, err := newAuditRows(p.Events); err == nil {
+		q, qargs := claimStatement(&c, p, args, rows)
+		var ids []string
+		var seqs []int64
+		dst := []any{&ids, &seqs}
+		if p.Approval != nil {
+			var notified int64
+			dst = append(dst, &notified)
+		}
+		err := s.retry(ctx, func() error {
+			var err error
+			out, err = scanCall(s.pool.QueryRow(ctx, q, qargs...), dst...)
+			return err
+		})
+		switch {
+		case err == nil:
+			claimed = true
+			events = append([]store.AuditEvent(nil), p.Events...)
+			if out.ID != c.ID {
+				for i := range events {
+					events[i].CallID = out.ID
+				}
+			}
+			if err := setSeqs(events, ids, seqs); err != nil {
+				return nil, false, fmt.Errorf("claim call %q: %w", c.ID, err)
+			}
+		case isNotFound(err):
+			// Lost: nothing was written. The holder is committed (the claim
+			// waited for its transaction), but no longer locked.
+			out, err = scanCall(s.pool.QueryRow(ctx, `SELECT `+callColumns+` FROM calls
+				WHERE principal_id = $1 AND idempotency_key = $2`, c.PrincipalID, c.IdempotencyKey))
+			if err != nil && !isNotFound(err) {
+				return nil, false, fmt.Errorf("claim call: read the holder of key %q: %w", c.IdempotencyKey, err)
+			}
+			if err == nil && (out.State != store.CallReleased || out.Fingerprint != c.Fingerprint) {
+				return out, false, nil
+			}
+			// Released or deleted since: claimable again.
+			out, claimed, events, err = s.claimInTx(ctx, p, &c, args)
+			if err != nil {
+				return nil, false, err
+			}
+		default:
+			return nil, false, fmt.Errorf("claim call %q: %w", c.ID, err)
+		}
+	} else {
+		out, claimed, events, err = s.claimInTx(ctx, p, &c, args)
+		if err != nil {
+			return nil, false, err
+		}
+	}
+	if claimed {
+		keptID := out.ID
+		if p.Call.ID != keptID {
+			p.Call.ID = keptID
+			if p.Approval != nil {
+				p.Approval.CallID = keptID
+			}
+			if p.Preview != nil {
+				p.Preview.CallID = keptID
+			}
+			for i := range p.Events {
+				p.Events[i].CallID = keptID
+			}
+		}
+		for i := range p.Events {
+			p.Events[i].Seq = events[i].Seq
+		}
+	}
+	return out, claimed, nil
+}
+
+// claimStatement is ClaimCall as one statement: claimCallSQL (arguments
+// args, those of c) as a CTE, and, joined with its row so that they are
+// written only if it claimed, the approval or preview (under the kept call
+// id), the events (their call id rewritten to the kept one if the claim took
+// over a released record) and the approval's notification (delivered at
+// commit). It returns the claimed call, then the stored events' ids and
+// seqs; no row if the claim lost. The approval's foreign key is checked at
+// the end of the statement, when the call row exists.
+func claimStatement(c *store.Call, p store.ClaimCallParams, args []any, rows *auditRows) (string, []any) {
+	a := stmtArgs(append([]any(nil), args...))
+	var b strings.Builder
+	b.WriteString(`WITH claimed AS (` + claimCallSQL + `)`)
+	// rowFromClaim is an INSERT of vals (columns cols) with the call id, at
+	// index 1, taken from the claimed row.
+	rowFromClaim := func(table, cols string, vals []any) {
+		b.WriteString(`INSERT INTO ` + table + ` (` + cols + `) SELECT `)
+		for i, v := range vals {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			if i == 1 {
+				b.WriteString("c.id")
+			} else {
+				b.WriteString(a.add(v))
+			}
+		}
+		b.WriteString(` FROM claimed c`)
+	}
+	if p.Approval != nil {
+		b.WriteString(`, approval AS (`)
+		rowFromClaim("approvals", approvalColumns, approvalArgs(p.Approval))
+		b.WriteString(` RETURNING id)`)
+	}
+	if p.Preview != nil {
+		b.WriteString(`, preview AS (`)
+		rowFromClaim("previews", previewColumns, previewArgs(p.Preview))
+		b.WriteString(`)`)
+	}
+	callID := a.add(c.ID)
+	b.WriteString(`, ev AS (` + rows.insertSQL(&a, "claimed c", `CASE WHEN c.id = `+callID+` THEN e.call_id ELSE c.id END`) + `)
+		SELECT ` + qualified("c", callColumns) + `,
+			(SELECT array_agg(id ORDER BY seq) FROM ev), (SELECT array_agg(seq ORDER BY seq) FROM ev)`)
+	if p.Approval != nil {
+		b.WriteString(`, (SELECT count(pg_notify(` + a.add(notifyChannel) + `, ` +
+			a.add(string(store.TopicApprovals)+":") + ` || id)) FROM approval)`)
+	}
+	b.WriteString(` FROM claimed c`)
+	return b.String(), a
+}
+
+// claimInTx is ClaimCall as a transaction: the claim, then either the
+// holder's record (read under the lock the claim took) or the approval or
+// preview and the events, batched. It returns the call, whether it claimed,
+// and when it did the events as stored (with Seq and the kept call id).
+func (s *Store) claimInTx(ctx context.Context, p store.ClaimCallParams, c *store.Call, args []any) (*store.Call, bool, []store.AuditEvent, error) {
+	var (
+		out     *store.Call
+		claimed bool
 		events  []store.AuditEvent
 	)
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		out, err = scanCall(tx.QueryRow(ctx, claimCallSQL, args...))
 		if isNotFound(err) {
@@ -139,27 +281,9 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 		return nil
 	})
 	if err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
-	if claimed {
-		keptID := out.ID
-		if p.Call.ID != keptID {
-			p.Call.ID = keptID
-			if p.Approval != nil {
-				p.Approval.CallID = keptID
-			}
-			if p.Preview != nil {
-				p.Preview.CallID = keptID
-			}
-			for i := range p.Events {
-				p.Events[i].CallID = keptID
-			}
-		}
-		for i := range p.Events {
-			p.Events[i].Seq = events[i].Seq
-		}
-	}
-	return out, claimed, nil
+	return out, claimed, events, nil
 }
 
 // startParkedCallSQL starts a parked call in one statement. The two CTEs
@@ -170,7 +294,9 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 // others wait on that lock, find it CONSUMED and match nothing. If the call
 // itself changed under the statement (released, say) after the approval was
 // consumed, no call row comes back and the caller rolls the transaction back,
-// which undoes the consumption.
+// which undoes the consumption. The notification of a consumed approval is
+// sent in the RETURNING clause, so only for a call that started (and
+// delivered only if the transaction commits).
 var startParkedCallSQL = `WITH consumed_approval AS (
 		UPDATE approvals SET state = 'CONSUMED'
 		WHERE $2 <> '' AND id = $2 AND call_id = $1 AND state = 'APPROVED' AND expires_at > $4
@@ -187,28 +313,58 @@ var startParkedCallSQL = `WITH consumed_approval AS (
 	WHERE id = $1 AND (
 		(state = 'AWAITING_APPROVAL' AND approval_id = $2 AND EXISTS (SELECT 1 FROM consumed_approval)) OR
 		(state = 'AWAITING_PREVIEW' AND preview_token = $3 AND EXISTS (SELECT 1 FROM consumed_preview)))
-	RETURNING ` + callColumns + `, EXISTS (SELECT 1 FROM consumed_approval)`
+	RETURNING ` + callColumns + `, (SELECT count(pg_notify($8, $9 || id)) FROM consumed_approval)`
 
-// StartParkedCall implements store.CallStore.
+// StartParkedCall implements store.CallStore. The transaction's BEGIN, the
+// statement and the events go to the server as one pipelined batch
+// (pgx.Batch.BeginTx), then COMMIT: two round trips. It cannot be one
+// statement in autocommit: when the call changed under the statement after
+// its approval or preview was consumed, the statement returns no row and
+// the transaction must be rolled back to undo the consumption. The events
+// are sent before the outcome is known, so they are stored only by the
+// COMMIT that follows a started call.
 func (s *Store) StartParkedCall(ctx context.Context, p store.StartParkedCallParams) (*store.Call, error) {
 	var out *store.Call
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var approvalConsumed bool
+	err := s.retry(ctx, func() error {
+		var tl tail
+		tl.batch.BeginTx(pgx.TxOptions{})
+		tl.batch.Queue(startParkedCallSQL, p.CallID, p.ApprovalID, p.PreviewToken, p.Now, tsArg(p.LeaseExpiresAt),
+			riskText(p.Risk), string(p.Decision), notifyChannel, string(store.TopicApprovals)+":")
+		// A refused event queues nothing: it is reported once the call is
+		// known to have started, as the statement's own outcome comes first.
+		tl.events(p.Events)
+
+		br := s.pool.SendBatch(ctx, &tl.batch)
+		tx := br.Tx()
+		defer rollback(ctx, tx)
+		if _, err := br.Exec(); err != nil { // BEGIN
+			_ = br.Close()
+			return interpretError(err)
+		}
+		var notified int64
 		var err error
-		out, err = scanCall(tx.QueryRow(ctx, startParkedCallSQL, p.CallID, p.ApprovalID, p.PreviewToken,
-			p.Now, tsArg(p.LeaseExpiresAt), riskText(p.Risk), string(p.Decision)), &approvalConsumed)
+		out, err = scanCall(br.QueryRow(), &notified)
 		if isNotFound(err) {
-			return notFoundOrConflict(ctx, tx, "start parked call", p.CallID, `SELECT 1 FROM calls WHERE id = $1`)
+			_ = br.Close()
+			// Give the connection back before asking on another one.
+			rollback(ctx, tx)
+			return notFoundOrConflict(ctx, s.pool, "start parked call", p.CallID, `SELECT 1 FROM calls WHERE id = $1`)
 		}
 		if err != nil {
+			_ = br.Close()
 			return fmt.Errorf("start parked call %q: %w", p.CallID, err)
 		}
-		var tl tail
-		if approvalConsumed {
-			tl.notify(store.TopicApprovals, p.ApprovalID)
+		if tl.err != nil {
+			_ = br.Close()
+			return tl.err
 		}
-		tl.events(p.Events)
-		return tl.send(ctx, tx)
+		if err := br.Close(); err != nil {
+			return fmt.Errorf("start parked call %q: %w", p.CallID, interpretError(err))
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return fmt.Errorf("start parked call %q: %w", p.CallID, interpretError(err))
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -232,6 +388,12 @@ func (s *Store) RenewCallLease(ctx context.Context, callID string, attempt int, 
 // FinishCall implements store.CallStore. If the call's tool has been deleted
 // meanwhile, the health change is skipped: the outcome matters more than the
 // health of a tool that no longer exists.
+//
+// Without a health change it is one statement in autocommit
+// (finishStatement): one round trip. A health change reads the tool's health
+// row under a lock and asks p.Health.Fn in Go, so it runs as a transaction
+// (finishInTx); so does a call with a refused event or task history entry,
+// which is reported only once the call is known to be finishable.
 func (s *Store) FinishCall(ctx context.Context, p store.FinishCallParams) (*store.Call, error) {
 	switch p.State {
 	case store.CallSucceeded, store.CallFailed, store.CallUnknown, store.CallReleased:
@@ -245,14 +407,72 @@ func (s *Store) FinishCall(ctx context.Context, p store.FinishCallParams) (*stor
 	if err != nil {
 		return nil, err
 	}
-	var out *store.Call
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	if p.Health != nil || (p.History != nil && (p.History.PrincipalID == "" || p.History.TaskID == "")) {
+		return s.finishInTx(ctx, p, result)
+	}
+	rows, err := newAuditRows(p.Events)
+	if err != nil {
+		return s.finishInTx(ctx, p, result)
+	}
+	q, args := finishStatement(p, result, rows)
+	var (
+		out  *store.Call
+		ids  []string
+		seqs []int64
+	)
+	err = s.retry(ctx, func() error {
 		var err error
-		out, err = scanCall(tx.QueryRow(ctx, `UPDATE calls SET state = $3, result = $4, updated_at = $5,
-				expires_at = $6, lease_expires_at = NULL
-			WHERE id = $1 AND attempt_count = $2
-				AND (state = 'IN_PROGRESS' OR (state = 'UNKNOWN' AND resolved_by = ''))
-			RETURNING `+callColumns,
+		out, err = scanCall(s.pool.QueryRow(ctx, q, args...), &ids, &seqs)
+		return err
+	})
+	if isNotFound(err) {
+		return nil, notFoundOrConflict(ctx, s.pool, "finish call", p.CallID, `SELECT 1 FROM calls WHERE id = $1`)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("finish call %q: %w", p.CallID, err)
+	}
+	if err := setSeqs(p.Events, ids, seqs); err != nil {
+		return nil, fmt.Errorf("finish call %q: %w", p.CallID, err)
+	}
+	return out, nil
+}
+
+// finishCallSQL records an outcome; $1..$6 are the call id, the attempt,
+// the state, the result, now and the retention.
+const finishCallSQL = `UPDATE calls SET state = $3, result = $4, updated_at = $5,
+		expires_at = $6, lease_expires_at = NULL
+	WHERE id = $1 AND attempt_count = $2
+		AND (state = 'IN_PROGRESS' OR (state = 'UNKNOWN' AND resolved_by = ''))
+	RETURNING ` + callColumns
+
+// finishStatement is FinishCall without a health change as one statement:
+// finishCallSQL as a CTE and, joined with its row so that they are written
+// only if it matched, the events and the task history entry. It returns the
+// call, then the stored events' ids and seqs; no row if the call was not
+// finishable.
+func finishStatement(p store.FinishCallParams, result any, rows *auditRows) (string, []any) {
+	a := stmtArgs{p.CallID, p.Attempt, string(p.State), result, p.Now, tsArg(p.ExpiresAt)}
+	var b strings.Builder
+	b.WriteString(`WITH finished AS (` + finishCallSQL + `), ev AS (` + rows.insertSQL(&a, "finished f", "e.call_id") + `)`)
+	if h := p.History; h != nil {
+		b.WriteString(`, history AS (INSERT INTO task_history (principal_id, task_id, call_id, tool, action, resource, at)
+			SELECT ` + a.add(h.PrincipalID) + `, ` + a.add(h.TaskID) + `, ` + a.add(h.CallID) + `, ` + a.add(h.Tool) + `, ` +
+			a.add(h.Action) + `, ` + a.add(h.Resource) + `, ` + a.add(h.At) + ` FROM finished)`)
+	}
+	b.WriteString(` SELECT ` + qualified("f", callColumns) + `,
+		(SELECT array_agg(id ORDER BY seq) FROM ev), (SELECT array_agg(seq ORDER BY seq) FROM ev)
+		FROM finished f`)
+	return b.String(), a
+}
+
+// finishInTx is FinishCall as a transaction: the update, then the events,
+// the health change (as applyHealth makes it, on the locked row) and the
+// history entry.
+func (s *Store) finishInTx(ctx context.Context, p store.FinishCallParams, result any) (*store.Call, error) {
+	var out *store.Call
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, err = scanCall(tx.QueryRow(ctx, finishCallSQL,
 			p.CallID, p.Attempt, string(p.State), result, p.Now, tsArg(p.ExpiresAt)))
 		if isNotFound(err) {
 			return notFoundOrConflict(ctx, tx, "finish call", p.CallID, `SELECT 1 FROM calls WHERE id = $1`)

@@ -4,16 +4,24 @@
 //
 // Every method is one transaction (or one statement); the audit events,
 // task history and notifications a change produces ride in the same
-// transaction as the change, batched into one round trip. Concurrency is left
-// to Postgres: claims are single INSERT ... ON CONFLICT statements, parked
-// calls are started by one data-modifying statement, health changes lock
-// their row, and reapers use FOR UPDATE SKIP LOCKED so that replicas share
-// the work instead of colliding.
+// transaction as the change. Round trips cost more than commits (see
+// BENCHMARKS.md), so the hot path spends as few as it can: a claim
+// (ClaimCall), a recorded outcome without a health change (FinishCall) and
+// an audit append (AppendAuditEvents) are each one statement in autocommit —
+// data-modifying CTEs write the events, history and notifications only if
+// the change matched — and a parked call is started by one pipelined batch
+// (BEGIN, statement, events) and its COMMIT. Elsewhere the statements that
+// ride along are batched into one round trip inside the transaction.
+// Concurrency is left to Postgres: claims are single INSERT ... ON CONFLICT
+// statements, parked calls are started by one data-modifying statement,
+// health changes lock their row, and reapers use FOR UPDATE SKIP LOCKED so
+// that replicas share the work instead of colliding.
 package postgres
 
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -106,8 +114,17 @@ func (s *Store) Close() {
 // fn must be repeatable: it may only change the caller's values once it can
 // no longer fail, or in ways a rerun overwrites.
 func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return s.retry(ctx, func() error { return s.tryTx(ctx, fn) })
+}
+
+// retry runs fn, and runs it again (maxTxAttempts times in all) while it
+// fails because Postgres aborted its transaction to break a deadlock or a
+// serialization conflict. fn runs a whole transaction — an explicit one, or
+// one statement in autocommit — so it must be repeatable in the sense inTx
+// describes.
+func (s *Store) retry(ctx context.Context, fn func() error) error {
 	for attempt := 1; ; attempt++ {
-		err := s.tryTx(ctx, fn)
+		err := fn()
 		if err == nil || !retryable(err) || attempt == maxTxAttempts || ctx.Err() != nil {
 			return err
 		}
@@ -155,18 +172,18 @@ const insertAuditEventSQL = `INSERT INTO audit_events
 	RETURNING seq`
 
 // events queues the events in order; each event's Seq is set when the batch
-// runs.
+// runs. If an event is refused, none is queued.
 func (t *tail) events(events []store.AuditEvent) {
+	details, err := auditDetails(events)
+	if err != nil {
+		t.fail(err)
+		return
+	}
 	for i := range events {
 		ev := &events[i]
-		if ev.ID == "" {
-			t.fail(fmt.Errorf("%w: audit event %d (%s) has no id", store.ErrInvalid, i, ev.Type))
-			return
-		}
-		detail, err := marshalDetail(ev.Detail)
-		if err != nil {
-			t.fail(err)
-			return
+		var detail any
+		if details[i] != nil {
+			detail = *details[i]
 		}
 		t.batch.Queue(insertAuditEventSQL,
 			ev.ID, ev.Time, ev.Type, ev.CallID, ev.TraceID, ev.TaskID, ev.StepID, ev.Principal,
@@ -236,6 +253,16 @@ func notFoundOrConflict(ctx context.Context, q querier, what, id, query string) 
 		return fmt.Errorf("%s %q: %w", what, id, store.ErrNotFound)
 	}
 	return fmt.Errorf("%s %q is not in the required state: %w", what, id, store.ErrConflict)
+}
+
+// stmtArgs are the arguments of a statement assembled from parts, each part
+// numbering its placeholders after the ones before it.
+type stmtArgs []any
+
+// add appends v and returns its placeholder.
+func (a *stmtArgs) add(v any) string {
+	*a = append(*a, v)
+	return "$" + strconv.Itoa(len(*a))
 }
 
 // querier is what pgx.Tx, *pgxpool.Pool and *pgx.Conn have in common.

@@ -39,6 +39,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Approvals", approvalTests()},
 		{"Previews", previewTests()},
 		{"Audit", auditTests()},
+		{"RefusedEvents", refusedEventTests()},
 		{"TaskHistory", historyTests()},
 		{"Notifications", notificationTests()},
 		{"Limits", limitTests()},
