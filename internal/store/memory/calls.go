@@ -409,18 +409,9 @@ func (s *Store) ReapExpiredLeases(ctx context.Context, p store.ReapParams) ([]*s
 	var out []*store.Call
 	err = s.write(ctx, func(tx *tx) error {
 		st := tx.st
-		var due []*store.Call
-		for _, c := range st.calls {
-			if c.State == store.CallInProgress && c.LeaseExpiresAt.Before(now) {
-				due = append(due, c)
-			}
-		}
-		slices.SortFunc(due, func(a, b *store.Call) int {
-			return cmp.Or(a.LeaseExpiresAt.Compare(b.LeaseExpiresAt), cmp.Compare(a.ID, b.ID))
+		due := dueFirst(st.calls, p.Limit, func(c *store.Call) (time.Time, bool) {
+			return c.LeaseExpiresAt, c.State == store.CallInProgress && c.LeaseExpiresAt.Before(now)
 		})
-		if p.Limit > 0 && len(due) > p.Limit {
-			due = due[:p.Limit]
-		}
 		// Decide everything (and check the events) before changing anything.
 		type reap struct {
 			call   *store.Call
@@ -469,30 +460,12 @@ func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) (*sto
 	var out store.ExpireResult
 	err := s.write(ctx, func(tx *tx) error {
 		st := tx.st
-		var approvals []*store.Approval
-		for _, a := range st.approvals {
-			if (a.State == store.ApprovalPending || a.State == store.ApprovalApproved) && a.ExpiresAt.Before(now) {
-				approvals = append(approvals, a)
-			}
-		}
-		slices.SortFunc(approvals, func(a, b *store.Approval) int {
-			return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.ID, b.ID))
+		approvals := dueFirst(st.approvals, p.Limit, func(a *store.Approval) (time.Time, bool) {
+			return a.ExpiresAt, (a.State == store.ApprovalPending || a.State == store.ApprovalApproved) && a.ExpiresAt.Before(now)
 		})
-		if p.Limit > 0 && len(approvals) > p.Limit {
-			approvals = approvals[:p.Limit]
-		}
-		var previews []*store.Preview
-		for _, pv := range st.previews {
-			if pv.State == store.PreviewPending && pv.ExpiresAt.Before(now) {
-				previews = append(previews, pv)
-			}
-		}
-		slices.SortFunc(previews, func(a, b *store.Preview) int {
-			return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.Token, b.Token))
+		previews := dueFirst(st.previews, p.Limit, func(pv *store.Preview) (time.Time, bool) {
+			return pv.ExpiresAt, pv.State == store.PreviewPending && pv.ExpiresAt.Before(now)
 		})
-		if p.Limit > 0 && len(previews) > p.Limit {
-			previews = previews[:p.Limit]
-		}
 
 		// Decide everything (and check the events) before changing anything.
 		type approvalExpiry struct {
@@ -577,19 +550,9 @@ func (s *Store) DeleteExpiredCalls(ctx context.Context, now time.Time, limit int
 	var n int
 	err := s.write(ctx, func(tx *tx) error {
 		st := tx.st
-		var due []*store.Call
-		for _, c := range st.calls {
-			if c.State == store.CallInProgress || c.State.Parked() || c.ExpiresAt.IsZero() || !c.ExpiresAt.Before(now) {
-				continue
-			}
-			due = append(due, c)
-		}
-		slices.SortFunc(due, func(a, b *store.Call) int {
-			return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.ID, b.ID))
+		due := dueFirst(st.calls, limit, func(c *store.Call) (time.Time, bool) {
+			return c.ExpiresAt, c.State != store.CallInProgress && !c.State.Parked() && !c.ExpiresAt.IsZero() && c.ExpiresAt.Before(now)
 		})
-		if limit > 0 && len(due) > limit {
-			due = due[:limit]
-		}
 		gone := make(map[string]bool, len(due))
 		for _, c := range due {
 			gone[c.ID] = true
@@ -612,4 +575,32 @@ func (s *Store) DeleteExpiredCalls(ctx context.Context, now time.Time, limit int
 		return nil
 	})
 	return n, err
+}
+
+// dueFirst returns the records of m that are due, earliest first (ties by
+// key, as the Postgres sweeps order them), at most limit (0: all). due
+// gives a record's time and whether it is due.
+func dueFirst[T any](m map[string]*T, limit int, due func(*T) (time.Time, bool)) []*T {
+	type item struct {
+		key string
+		at  time.Time
+		rec *T
+	}
+	var items []item
+	for k, r := range m {
+		if at, ok := due(r); ok {
+			items = append(items, item{k, at, r})
+		}
+	}
+	slices.SortFunc(items, func(a, b item) int {
+		return cmp.Or(a.at.Compare(b.at), cmp.Compare(a.key, b.key))
+	})
+	if limit > 0 && len(items) > limit {
+		items = items[:limit]
+	}
+	out := make([]*T, len(items))
+	for i, it := range items {
+		out[i] = it.rec
+	}
+	return out
 }
