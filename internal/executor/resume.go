@@ -202,7 +202,8 @@ func (e *Executor) releaseParked(ctx context.Context, c *call, ex *store.Call, a
 	return nil
 }
 
-// outcomeOf maps a final call state to the outcome replayed for it.
+// outcomeOf maps a final call state (store.CallState.Final) to the outcome
+// replayed for it.
 func outcomeOf(s store.CallState) store.Outcome {
 	switch s {
 	case store.CallSucceeded:
@@ -211,10 +212,6 @@ func outcomeOf(s store.CallState) store.Outcome {
 		return store.OutcomeFailed
 	case store.CallDenied:
 		return store.OutcomeDenied
-	case store.CallAwaitingApproval:
-		return store.OutcomeApprovalRequired
-	case store.CallAwaitingPreview:
-		return store.OutcomePreviewRequired
 	default:
 		return store.OutcomeUnknown
 	}

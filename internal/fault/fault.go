@@ -21,7 +21,6 @@ const (
 	Internal Kind = iota
 	InvalidArgument
 	NotFound
-	AlreadyExists
 	PermissionDenied
 	Unauthenticated
 	FailedPrecondition
@@ -29,7 +28,6 @@ const (
 	Unavailable
 	ResourceExhausted
 	DeadlineExceeded
-	Unimplemented
 )
 
 // Reasons (google.rpc.ErrorInfo.reason) used across toolsvc.
@@ -48,7 +46,6 @@ const (
 	ReasonDeadlineExceeded     = "DEADLINE_EXCEEDED"
 	ReasonStoreUnavailable     = "STORE_UNAVAILABLE"
 	ReasonVersionConflict      = "VERSION_CONFLICT"
-	ReasonToolExists           = "TOOL_EXISTS"
 	ReasonApprovalExpired      = "APPROVAL_EXPIRED"
 	ReasonApprovalInvalidated  = "APPROVAL_INVALIDATED"
 	ReasonApprovalNotPending   = "APPROVAL_NOT_PENDING"
@@ -57,7 +54,6 @@ const (
 	ReasonPreviewTokenMismatch = "PREVIEW_TOKEN_MISMATCH"
 	ReasonCallNotUnknown       = "CALL_NOT_UNKNOWN"
 	ReasonUnauthenticated      = "UNAUTHENTICATED"
-	ReasonNotImplemented       = "NOT_IMPLEMENTED"
 	ReasonInternal             = "INTERNAL"
 )
 

@@ -33,7 +33,6 @@ var kindCodes = map[fault.Kind]codes.Code{
 	fault.Internal:           codes.Internal,
 	fault.InvalidArgument:    codes.InvalidArgument,
 	fault.NotFound:           codes.NotFound,
-	fault.AlreadyExists:      codes.AlreadyExists,
 	fault.PermissionDenied:   codes.PermissionDenied,
 	fault.Unauthenticated:    codes.Unauthenticated,
 	fault.FailedPrecondition: codes.FailedPrecondition,
@@ -41,7 +40,6 @@ var kindCodes = map[fault.Kind]codes.Code{
 	fault.Unavailable:        codes.Unavailable,
 	fault.ResourceExhausted:  codes.ResourceExhausted,
 	fault.DeadlineExceeded:   codes.DeadlineExceeded,
-	fault.Unimplemented:      codes.Unimplemented,
 }
 
 // ToStatus is the one translation of errors into gRPC statuses. Handlers
