@@ -128,7 +128,7 @@ func (a *DevAuthenticator) Authenticate(ctx context.Context) (*Principal, error)
 }
 
 func unauthenticated(format string, args ...any) *fault.Error {
-	return fault.New(fault.Unauthenticated, fault.ReasonUnauthenticated, format, args...)
+	return fault.NotAuthenticated(fmt.Sprintf(format, args...))
 }
 
 func clonePrincipal(p *Principal) *Principal {

@@ -1,8 +1,6 @@
 package auth
 
 import (
-	"strings"
-
 	"github.com/toolsvc/toolsvc/internal/fault"
 )
 
@@ -21,17 +19,5 @@ func RequireAnyRole(p *Principal, operation string, roles ...Role) error {
 	for i, r := range roles {
 		names[i] = string(r)
 	}
-	var f *fault.Error
-	switch len(roles) {
-	case 0:
-		f = fault.New(fault.PermissionDenied, fault.ReasonRoleRequired,
-			"principal %q may not call %s: no role is granted it", p.ID, operation)
-	case 1:
-		f = fault.New(fault.PermissionDenied, fault.ReasonRoleRequired,
-			"principal %q may not call %s: it requires the %s role", p.ID, operation, names[0])
-	default:
-		f = fault.New(fault.PermissionDenied, fault.ReasonRoleRequired,
-			"principal %q may not call %s: it requires one of the roles %s", p.ID, operation, strings.Join(names, ", "))
-	}
-	return f.With("roles", strings.Join(names, ",")).With("operation", operation)
+	return fault.RoleRequired(p.ID, operation, names)
 }

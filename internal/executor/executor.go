@@ -191,7 +191,7 @@ type call struct {
 // on come back as a Response; caller and protocol problems as *fault.Error.
 func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) (*Response, error) {
 	if p == nil {
-		return nil, fault.New(fault.Unauthenticated, fault.ReasonUnauthenticated, "no principal")
+		return nil, fault.NotAuthenticated("no principal")
 	}
 	c := &call{req: req, principal: p}
 
@@ -203,29 +203,23 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 	// 2. Registry lookup, served from the cache; health refusals.
 	entry, ok := e.reg.Lookup(req.Tool)
 	if !ok {
-		return nil, e.reject(ctx, c, fault.New(fault.NotFound, fault.ReasonToolNotFound,
-			"no tool named %q", req.Tool).With("tool", req.Tool))
+		return nil, e.reject(ctx, c, fault.ToolNotFound(req.Tool))
 	}
 	c.entry, c.tool = entry, entry.Tool
 	action, ok := entry.Action(req.Action)
 	if !ok {
-		return nil, e.reject(ctx, c, fault.New(fault.NotFound, fault.ReasonActionNotFound,
-			"tool %q has no action %q (actions: %s)", req.Tool, req.Action, actionNames(entry.Tool)).
-			With("tool", req.Tool).With("action", req.Action))
+		return nil, e.reject(ctx, c, fault.ActionNotFound(req.Tool, req.Action, actionNames(entry.Tool)))
 	}
 	c.action = action
 	if entry.Impl == nil {
-		return nil, e.reject(ctx, c, fault.New(fault.Unavailable, fault.ReasonToolUnavailable,
-			"tool %q: connector %q is not available on this server", req.Tool, entry.Tool.ConnectorID).
-			With("tool", req.Tool))
+		return nil, e.reject(ctx, c, fault.ToolUnavailable(req.Tool,
+			fmt.Sprintf("its connector %q is not available on this server", entry.Tool.ConnectorID), 0))
 	}
 
 	// 3. Scopes: granted = principal ∩ request; every required scope held.
 	c.granted = p.GrantedScopes(req.Scopes)
 	if missing := missingScopes(c.tool.RequiredScopes, c.granted); len(missing) > 0 {
-		ferr := fault.New(fault.PermissionDenied, fault.ReasonScopeViolation,
-			"tool %q requires scopes the call does not hold: %s", c.tool.Name, strings.Join(missing, ", ")).
-			With("tool", c.tool.Name).With("missing_scopes", strings.Join(missing, ","))
+		ferr := fault.ScopeViolation(c.tool.Name, missing)
 		return nil, e.refuse(ctx, c, audit.ScopeViolation, ferr,
 			map[string]any{"missing_scopes": missing, "required_scopes": c.tool.RequiredScopes})
 	}
@@ -253,8 +247,7 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 		return nil, e.reject(ctx, c, err)
 	}
 	if c.req.PreviewToken != "" && c.preview == nil {
-		return nil, e.reject(ctx, c, fault.New(fault.FailedPrecondition, fault.ReasonPreviewTokenMismatch,
-			"no preview is pending for idempotency key %q; call without preview_token first", c.key))
+		return nil, e.reject(ctx, c, fault.PreviewTokenMismatch(c.key, true))
 	}
 
 	return e.evaluate(ctx, c)
@@ -333,8 +326,7 @@ func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
 	// wall-clock times: compare them with the wall clock, not e.now (an
 	// injected clock may be anywhere).
 	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-		return nil, e.reject(ctx, c, fault.New(fault.DeadlineExceeded, fault.ReasonDeadlineExceeded,
-			"the call's deadline passed before it could be reserved"))
+		return nil, e.reject(ctx, c, fault.DeadlinePassed("before the call could be reserved"))
 	}
 
 	switch {
@@ -472,12 +464,12 @@ func (e *Executor) answer(c *call, o store.Outcome, r *store.Result) *Response {
 	}
 }
 
-func actionNames(t *store.Tool) string {
+func actionNames(t *store.Tool) []string {
 	names := make([]string, len(t.Actions))
 	for i, a := range t.Actions {
 		names[i] = a.Name
 	}
-	return strings.Join(names, ", ")
+	return names
 }
 
 func printable(s string) bool {
@@ -508,8 +500,7 @@ func newID() string {
 // storeFault turns a store error into what the caller sees.
 func storeFault(err error) error {
 	if errors.Is(err, store.ErrUnavailable) {
-		return fault.New(fault.Unavailable, fault.ReasonStoreUnavailable,
-			"the store is unavailable; retry shortly").WithRetry(time.Second).WithCause(err)
+		return fault.StoreUnavailable(err)
 	}
 	return fmt.Errorf("store: %w", err)
 }

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/audit"
@@ -30,9 +31,7 @@ func (e *Executor) resume(ctx context.Context, c *call, ex *store.Call) (resp *R
 		}
 		if ex.Tool != c.req.Tool || ex.Action != c.req.Action || ex.Fingerprint != c.fingerprint {
 			c.callID = ex.ID
-			return nil, false, e.reject(ctx, c, fault.New(fault.FailedPrecondition, fault.ReasonKeyReused,
-				"idempotency key %q was used for another call (%s.%s with other arguments); use a new key for a new call",
-				c.key, ex.Tool, ex.Action).With("call_id", ex.ID))
+			return nil, false, e.reject(ctx, c, fault.KeyReused(c.key, ex.ID, ex.Tool, ex.Action))
 		}
 		c.callID = ex.ID
 		var moved bool
@@ -49,7 +48,7 @@ func (e *Executor) resume(ctx context.Context, c *call, ex *store.Call) (resp *R
 		case ex.State == store.CallAwaitingPreview:
 			resp, goOn, moved, err = e.resumePreview(ctx, c, ex)
 		default:
-			return nil, false, fault.New(fault.Internal, fault.ReasonInternal, "call %s is in an unknown state", ex.ID)
+			return nil, false, fault.InternalError("call " + ex.ID + " is in an unknown state")
 		}
 		if !moved {
 			return resp, goOn, err
@@ -80,9 +79,7 @@ func (e *Executor) replay(ctx context.Context, c *call, ex *store.Call) (*Respon
 }
 
 func (e *Executor) inProgress(ctx context.Context, c *call) error {
-	return e.reject(ctx, c, fault.New(fault.Aborted, fault.ReasonCallInProgress,
-		"a call with idempotency key %q is still executing; retry to get its outcome", c.key).
-		With("call_id", c.callID).WithRetry(inProgressRetry))
+	return e.reject(ctx, c, fault.CallInProgress(c.key, c.callID, inProgressRetry))
 }
 
 // resumeApproval handles a call parked behind an approval.
@@ -95,9 +92,7 @@ func (e *Executor) resumeApproval(ctx context.Context, c *call, ex *store.Call) 
 		return nil, false, false, storeFault(err)
 	}
 	if c.req.ApprovalID != "" && c.req.ApprovalID != ap.ID {
-		return nil, false, false, e.reject(ctx, c, fault.New(fault.FailedPrecondition, fault.ReasonApprovalInvalidated,
-			"approval %q does not belong to this call (idempotency key %q is waiting for approval %q)",
-			c.req.ApprovalID, c.key, ap.ID).With("approval_id", ap.ID))
+		return nil, false, false, e.reject(ctx, c, fault.ForeignApproval(c.req.ApprovalID, ap.ID, c.key))
 	}
 	c.risk, c.decision = ex.Risk, ex.Decision
 	now := e.now()
@@ -114,9 +109,8 @@ func (e *Executor) resumeApproval(ctx context.Context, c *call, ex *store.Call) 
 		if err != nil {
 			return nil, false, false, err
 		}
-		return nil, false, false, e.reject(ctx, c, fault.New(fault.FailedPrecondition, fault.ReasonApprovalExpired,
-			"approval %s expired at %s without being used; call again with the same key to request a new approval",
-			ap.ID, ap.ExpiresAt.UTC().Format(time.RFC3339)).With("approval_id", ap.ID))
+		return nil, false, false, e.reject(ctx, c, fault.ApprovalExpired(ap.ID, ap.ExpiresAt,
+			"it was not used in time; call again with the same key to request a new approval"))
 	}
 	if ap.ToolVersion != c.tool.Version {
 		err := e.releaseParked(ctx, c, ex, store.ApprovalInvalidated, "", audit.ApprovalInvalidated,
@@ -124,9 +118,9 @@ func (e *Executor) resumeApproval(ctx context.Context, c *call, ex *store.Call) 
 		if err != nil {
 			return nil, false, false, err
 		}
-		return nil, false, false, e.reject(ctx, c, fault.New(fault.FailedPrecondition, fault.ReasonApprovalInvalidated,
-			"tool %q changed (version %d, approval was for version %d) since approval %s was requested; call again with the same key to request a new approval",
-			c.tool.Name, c.tool.Version, ap.ToolVersion, ap.ID).With("approval_id", ap.ID))
+		return nil, false, false, e.reject(ctx, c, fault.ApprovalInvalidated(ap.ID, fmt.Sprintf(
+			"no longer applies: tool %q changed (version %d, the approval was for version %d); call again with the same key to request a new approval",
+			c.tool.Name, c.tool.Version, ap.ToolVersion)))
 	}
 	if ap.State == store.ApprovalPending {
 		if err := e.appendEvents(ctx, e.event(c, audit.ToolCallDeduped, store.OutcomeApprovalRequired,
@@ -165,8 +159,7 @@ func (e *Executor) resumePreview(ctx context.Context, c *call, ex *store.Call) (
 		if err != nil {
 			return nil, false, false, err
 		}
-		return nil, false, false, e.reject(ctx, c, fault.New(fault.FailedPrecondition, fault.ReasonPreviewExpired,
-			"the preview of this call %s; call again with the same key, without preview_token, for a new preview", why))
+		return nil, false, false, e.reject(ctx, c, fault.PreviewExpired(why))
 	}
 	switch c.req.PreviewToken {
 	case "":
@@ -181,8 +174,7 @@ func (e *Executor) resumePreview(ctx context.Context, c *call, ex *store.Call) (
 		c.parked, c.preview = ex, pv
 		return nil, true, false, nil
 	default:
-		return nil, false, false, e.reject(ctx, c, fault.New(fault.FailedPrecondition, fault.ReasonPreviewTokenMismatch,
-			"preview_token does not match the preview pending for idempotency key %q", c.key))
+		return nil, false, false, e.reject(ctx, c, fault.PreviewTokenMismatch(c.key, false))
 	}
 }
 

@@ -211,11 +211,7 @@ func (e *Executor) record(base context.Context, c *call, rec *store.Call, adm he
 		fail(store.CallReleased, "the tool is rate limited until "+rl.Until.UTC().Format(time.RFC3339)+"; it did not act",
 			health.Observation{Kind: health.RateLimited, RateLimitUntil: rl.Until})
 		detail["retryable"], detail["rate_limited_until"] = true, rl.Until
-		answer = fault.New(fault.ResourceExhausted, fault.ReasonToolRateLimited,
-			"tool %q is rate limited until %s; the call did not run and may be retried then",
-			c.tool.Name, rl.Until.UTC().Format(time.RFC3339)).
-			With("tool", c.tool.Name).With("reset_time", rl.Until.UTC().Format(time.RFC3339)).
-			WithRetry(max(rl.Until.Sub(e.now()), time.Second))
+		answer = fault.ToolRateLimited(c.tool.Name, rl.Until, rl.Until.Sub(e.now()))
 	case out.err != nil && errors.As(out.err, &un):
 		fail(store.CallUnknown, "outcome unknown: "+errText(un.Err)+"; the tool may or may not have acted",
 			toolErr(errText(un.Err)))

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/auth"
@@ -34,15 +33,14 @@ func (e *Executor) ResolveApproval(ctx context.Context, p *auth.Principal, id st
 	}
 	ap, err := e.st.GetApproval(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, fault.New(fault.NotFound, fault.ReasonApprovalNotFound, "no approval %q", id)
+		return nil, fault.ApprovalNotFound(id)
 	}
 	if err != nil {
 		return nil, storeFault(err)
 	}
 	c := e.approvalCall(ap, p)
 	if ap.Requester == p.ID {
-		return nil, e.reject(ctx, c, fault.New(fault.PermissionDenied, fault.ReasonSelfApproval,
-			"principal %q requested this call and may not resolve its approval", p.ID).With("approval_id", id))
+		return nil, e.reject(ctx, c, fault.SelfApproval(p.ID, id))
 	}
 	now := e.now()
 	if ap.State != store.ApprovalPending {
@@ -57,8 +55,7 @@ func (e *Executor) ResolveApproval(ctx context.Context, p *auth.Principal, id st
 		}); err != nil && !errors.Is(err, store.ErrConflict) {
 			return nil, storeFault(err)
 		}
-		return nil, fault.New(fault.FailedPrecondition, fault.ReasonApprovalExpired,
-			"approval %s expired at %s", ap.ID, ap.ExpiresAt.UTC().Format(time.RFC3339)).With("approval_id", ap.ID)
+		return nil, fault.ApprovalExpired(ap.ID, ap.ExpiresAt, "")
 	}
 	state, decision := store.ApprovalApproved, "APPROVE"
 	var result *store.Result
@@ -83,7 +80,7 @@ func (e *Executor) ResolveApproval(ctx context.Context, p *auth.Principal, id st
 				return nil, notPending(cur)
 			}
 		}
-		return nil, fault.New(fault.FailedPrecondition, fault.ReasonApprovalExpired, "approval %s has expired", id)
+		return nil, fault.ApprovalExpired(id, ap.ExpiresAt, "")
 	}
 	if err != nil {
 		return nil, storeFault(err)
@@ -92,9 +89,7 @@ func (e *Executor) ResolveApproval(ctx context.Context, p *auth.Principal, id st
 }
 
 func notPending(ap *store.Approval) error {
-	return fault.New(fault.FailedPrecondition, fault.ReasonApprovalNotPending,
-		"approval %s is %s, not PENDING", ap.ID, ap.State).
-		With("approval_id", ap.ID).With("state", string(ap.State))
+	return fault.ApprovalNotPending(ap.ID, string(ap.State))
 }
 
 func outcomeOfDecision(approve bool) store.Outcome {
@@ -134,7 +129,7 @@ func (e *Executor) GetCall(ctx context.Context, p *auth.Principal, callID, key s
 		return nil, fault.Violations{{Field: "selector", Description: "call_id or idempotency_key is required"}}.Err("malformed GetCall request")
 	}
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, fault.New(fault.NotFound, fault.ReasonCallNotFound, "no such call")
+		return nil, fault.CallNotFound()
 	}
 	if err != nil {
 		return nil, storeFault(err)
@@ -160,14 +155,13 @@ func (e *Executor) ResolveCall(ctx context.Context, p *auth.Principal, callID st
 	}
 	cur, err := e.st.GetCall(ctx, callID)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, fault.New(fault.NotFound, fault.ReasonCallNotFound, "no call %q", callID)
+		return nil, fault.CallNotFound()
 	}
 	if err != nil {
 		return nil, storeFault(err)
 	}
 	if cur.State != store.CallUnknown {
-		return nil, fault.New(fault.FailedPrecondition, fault.ReasonCallNotUnknown,
-			"call %s is %s; only UNKNOWN calls can be resolved", callID, cur.State).With("state", string(cur.State))
+		return nil, fault.CallNotUnknown(callID, string(cur.State))
 	}
 	state, outcome := store.CallFailed, store.OutcomeFailed
 	if succeeded {
@@ -184,10 +178,20 @@ func (e *Executor) ResolveCall(ctx context.Context, p *auth.Principal, callID st
 			map[string]any{"comment": comment, "requester": cur.PrincipalID})},
 	})
 	if errors.Is(err, store.ErrConflict) {
-		return nil, fault.New(fault.FailedPrecondition, fault.ReasonCallNotUnknown, "call %s is no longer UNKNOWN", callID)
+		return nil, e.currentState(ctx, callID)
 	}
 	if err != nil {
 		return nil, storeFault(err)
 	}
 	return out, nil
+}
+
+// currentState answers a ResolveCall that lost a race: the call is no longer
+// UNKNOWN, so say what it is now.
+func (e *Executor) currentState(ctx context.Context, callID string) error {
+	cur, err := e.st.GetCall(ctx, callID)
+	if err != nil {
+		return fault.CallNotUnknown(callID, "no longer UNKNOWN")
+	}
+	return fault.CallNotUnknown(callID, string(cur.State))
 }

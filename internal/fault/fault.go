@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/toolsvc/toolsvc/internal/safetext"
 )
 
 // Kind classifies an error the way a caller must react to it.
@@ -28,6 +30,7 @@ const (
 	Unavailable
 	ResourceExhausted
 	DeadlineExceeded
+	Canceled
 )
 
 // Reasons (google.rpc.ErrorInfo.reason) used across toolsvc.
@@ -54,6 +57,8 @@ const (
 	ReasonPreviewTokenMismatch = "PREVIEW_TOKEN_MISMATCH"
 	ReasonCallNotUnknown       = "CALL_NOT_UNKNOWN"
 	ReasonUnauthenticated      = "UNAUTHENTICATED"
+	ReasonCancelled            = "CANCELLED"
+	ReasonOutcomePending       = "OUTCOME_PENDING"
 	ReasonInternal             = "INTERNAL"
 )
 
@@ -87,14 +92,19 @@ func New(kind Kind, reason, format string, args ...any) *Error {
 	return &Error{Kind: kind, Reason: reason, Message: fmt.Sprintf(format, args...)}
 }
 
-// With returns a copy of e with metadata key set to value.
+// MaxMetadataValue bounds each metadata value (made valid UTF-8 and cut on a
+// character boundary by With).
+const MaxMetadataValue = 1024
+
+// With returns a copy of e with metadata key set to value, bounded to
+// MaxMetadataValue bytes of valid UTF-8.
 func (e *Error) With(key, value string) *Error {
 	c := *e
 	c.Metadata = make(map[string]string, len(e.Metadata)+1)
 	for k, v := range e.Metadata {
 		c.Metadata[k] = v
 	}
-	c.Metadata[key] = value
+	c.Metadata[key] = safetext.Bound(value, MaxMetadataValue)
 	return &c
 }
 

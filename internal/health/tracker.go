@@ -346,9 +346,8 @@ func (t *Tracker) Admit(ctx context.Context, tool string) (Admission, error) {
 	case errors.Is(err, store.ErrNotFound):
 		return Admission{}, nil
 	case err != nil:
-		return Admission{}, fault.New(fault.Unavailable, fault.ReasonToolUnavailable,
-			"tool %q is recovering and its probe could not be claimed", tool).
-			With("tool", tool).WithRetry(probeRetry).WithCause(err)
+		return Admission{}, fault.ToolUnavailable(tool, "it is recovering and its probe could not be claimed", probeRetry).
+			WithCause(err)
 	}
 	t.setLocal(*fresh)
 	if written {
@@ -368,20 +367,14 @@ func (t *Tracker) judge(h store.ToolHealth, now time.Time) (claim bool, err erro
 	open := h.Status == store.HealthUnavailable
 	switch {
 	case h.Drained:
-		return false, fault.New(fault.Unavailable, fault.ReasonToolUnavailable,
-			"tool %q is drained by an operator", h.Tool).
-			With("tool", h.Tool).With("drained", "true").WithRetry(t.cfg.MaxCooldown)
+		return false, fault.ToolUnavailable(h.Tool, "it is drained by an operator", t.cfg.MaxCooldown).
+			With("drained", "true")
 	case open && now.Before(h.CooldownUntil):
-		return false, fault.New(fault.Unavailable, fault.ReasonToolUnavailable,
-			"tool %q is unavailable after %d consecutive errors; retry after %s",
-			h.Tool, h.ConsecutiveErrors, h.CooldownUntil.Format(time.RFC3339)).
-			With("tool", h.Tool).With("cooldown_end_time", h.CooldownUntil.Format(time.RFC3339)).
-			WithRetry(h.CooldownUntil.Sub(now))
+		return false, fault.ToolUnavailable(h.Tool, fmt.Sprintf("%d consecutive errors; retry after %s",
+			h.ConsecutiveErrors, h.CooldownUntil.Format(time.RFC3339)), h.CooldownUntil.Sub(now)).
+			With("cooldown_end_time", h.CooldownUntil.Format(time.RFC3339))
 	case now.Before(h.RateLimitResetsAt):
-		return false, fault.New(fault.ResourceExhausted, fault.ReasonToolRateLimited,
-			"tool %q is rate limited until %s", h.Tool, h.RateLimitResetsAt.Format(time.RFC3339)).
-			With("tool", h.Tool).With("reset_time", h.RateLimitResetsAt.Format(time.RFC3339)).
-			WithRetry(h.RateLimitResetsAt.Sub(now))
+		return false, fault.ToolRateLimited(h.Tool, h.RateLimitResetsAt, h.RateLimitResetsAt.Sub(now))
 	case open && now.Before(h.ProbeUntil):
 		return false, t.probeBusy(h.Tool, h.ProbeUntil, now)
 	case open:
@@ -392,9 +385,7 @@ func (t *Tracker) judge(h store.ToolHealth, now time.Time) (claim bool, err erro
 }
 
 func (t *Tracker) probeBusy(tool string, probeUntil, now time.Time) error {
-	return fault.New(fault.Unavailable, fault.ReasonToolUnavailable,
-		"tool %q is recovering: a probe call is testing it", tool).
-		With("tool", tool).WithRetry(min(probeRetry, probeUntil.Sub(now)))
+	return fault.ToolUnavailable(tool, "it is recovering: a probe call is testing it", min(probeRetry, probeUntil.Sub(now)))
 }
 
 // claimFunc claims the half-open circuit if, on the locked record, it is
@@ -467,7 +458,7 @@ func (t *Tracker) Record(ctx context.Context, tool string, o Observation, ev sto
 	fn, _ := t.observeFunc(tool, o, ev, t.clock())
 	h, _, err := t.st.UpdateToolHealth(ctx, tool, fn)
 	if err != nil {
-		return nil, t.storeErr(err, "record %s for tool %q", o.Kind, tool)
+		return nil, t.storeErr(err, tool, fmt.Sprintf("record %s", o.Kind))
 	}
 	t.setLocal(*h)
 	return h, nil
@@ -575,7 +566,7 @@ func (op Operation) String() string {
 // nothing and returns the record as it is. NOT_FOUND for an unknown tool.
 func (t *Tracker) Set(ctx context.Context, tool string, op Operation, by, reason string) (*store.ToolHealth, error) {
 	if op != Drain && op != Restore {
-		return nil, fault.New(fault.InvalidArgument, fault.ReasonInvalidRequest, "unknown health operation %s", op)
+		return nil, fault.InvalidOperation(fmt.Sprintf("unknown health operation %s", op))
 	}
 	now := t.clock()
 	id := audit.NewID()
@@ -613,19 +604,18 @@ func (t *Tracker) Set(ctx context.Context, tool string, op Operation, by, reason
 	}
 	h, _, err := t.st.UpdateToolHealth(ctx, tool, fn)
 	if err != nil {
-		return nil, t.storeErr(err, "%s tool %q", op, tool)
+		return nil, t.storeErr(err, tool, op.String())
 	}
 	t.setLocal(*h)
 	return h, nil
 }
 
 // storeErr turns ErrNotFound into the caller's NOT_FOUND and wraps the rest.
-func (t *Tracker) storeErr(err error, format string, args ...any) error {
-	what := fmt.Sprintf(format, args...)
+func (t *Tracker) storeErr(err error, tool, what string) error {
 	if errors.Is(err, store.ErrNotFound) {
-		return fault.New(fault.NotFound, fault.ReasonToolNotFound, "%s: no such tool", what).WithCause(err)
+		return fault.ToolNotFound(tool).WithCause(err)
 	}
-	return fmt.Errorf("health: %s: %w", what, err)
+	return fmt.Errorf("health: %s tool %q: %w", what, tool, err)
 }
 
 // clock returns now in the stores' precision, so cached and stored records

@@ -346,7 +346,7 @@ func (r *Registry) Lookup(name string) (*Entry, bool) {
 func (r *Registry) Get(_ context.Context, name string) (*store.Tool, error) {
 	e, ok := r.Lookup(name)
 	if !ok {
-		return nil, toolNotFound(name)
+		return nil, fault.ToolNotFound(name)
 	}
 	return cloneTool(e.Tool), nil
 }
@@ -420,7 +420,7 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			if p.ExpectedVersion != 0 {
-				return nil, false, versionConflict(name, p.ExpectedVersion, 0)
+				return nil, false, fault.VersionConflict(name, p.ExpectedVersion, 0)
 			}
 			if p.ValidateOnly {
 				return wouldStore(prep.tool, 1, time.Time{}, r.now()), true, nil
@@ -444,7 +444,7 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 			return nil, false, fmt.Errorf("registry: read tool %q: %w", name, err)
 		}
 		if p.ExpectedVersion != 0 && cur.Version != p.ExpectedVersion {
-			return nil, false, versionConflict(name, p.ExpectedVersion, cur.Version)
+			return nil, false, fault.VersionConflict(name, p.ExpectedVersion, cur.Version)
 		}
 		if sameDefinition(prep.tool, cur) {
 			return cur, false, nil
@@ -461,7 +461,7 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 		})
 		switch {
 		case errors.Is(err, store.ErrConflict) && p.ExpectedVersion != 0:
-			return nil, false, versionConflict(name, p.ExpectedVersion, -1)
+			return nil, false, fault.VersionConflict(name, p.ExpectedVersion, -1)
 		case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
 			continue // changed or removed concurrently: read again
 		case err != nil:
@@ -471,11 +471,7 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 		r.log.InfoContext(ctx, "tool updated", "tool", name, "version", t.Version, "source", t.Source, "actor", p.Actor)
 		return t, false, nil
 	}
-	return nil, false, &fault.Error{
-		Kind:    fault.Aborted,
-		Reason:  fault.ReasonVersionConflict,
-		Message: fmt.Sprintf("tool %q was changed concurrently by other writers; retry", name),
-	}
+	return nil, false, fault.ConcurrentWriters(name)
 }
 
 // wouldStore is what a validate-only registration returns.
@@ -499,13 +495,13 @@ func (r *Registry) Deregister(ctx context.Context, name string, expectedVersion 
 		// Read first: the event records the version that was removed.
 		cur, err := r.store.GetTool(ctx, name)
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, toolNotFound(name)
+			return nil, fault.ToolNotFound(name)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("registry: read tool %q: %w", name, err)
 		}
 		if expectedVersion != 0 && cur.Version != expectedVersion {
-			return nil, versionConflict(name, expectedVersion, cur.Version)
+			return nil, fault.VersionConflict(name, expectedVersion, cur.Version)
 		}
 		t, err := r.store.DeleteTool(ctx, store.DeleteToolParams{
 			Name:            name,
@@ -517,9 +513,9 @@ func (r *Registry) Deregister(ctx context.Context, name string, expectedVersion 
 			// Removed concurrently: apply it here too, then answer as if it
 			// had not been there.
 			r.apply(r.writeTicket(), map[string]*Entry{name: nil})
-			return nil, toolNotFound(name)
+			return nil, fault.ToolNotFound(name)
 		case errors.Is(err, store.ErrConflict) && expectedVersion != 0:
-			return nil, versionConflict(name, expectedVersion, -1)
+			return nil, fault.VersionConflict(name, expectedVersion, -1)
 		case errors.Is(err, store.ErrConflict):
 			continue
 		case err != nil:
@@ -529,11 +525,7 @@ func (r *Registry) Deregister(ctx context.Context, name string, expectedVersion 
 		r.log.InfoContext(ctx, "tool deregistered", "tool", name, "version", t.Version, "actor", actor)
 		return t, nil
 	}
-	return nil, &fault.Error{
-		Kind:    fault.Aborted,
-		Reason:  fault.ReasonVersionConflict,
-		Message: fmt.Sprintf("tool %q was changed concurrently by other writers; retry", name),
-	}
+	return nil, fault.ConcurrentWriters(name)
 }
 
 // SyncReport says what Sync did, by tool name (each list sorted).
@@ -651,22 +643,4 @@ func toolEvent(typ string, now time.Time, actor, name string, version int64, sou
 		Tool:      name,
 		Detail:    map[string]any{"version": version, "source": string(source)},
 	})
-}
-
-func toolNotFound(name string) *fault.Error {
-	return fault.New(fault.NotFound, fault.ReasonToolNotFound, "tool %q is not registered", name).With("tool", name)
-}
-
-// versionConflict: have < 0 means "changed since it was read".
-func versionConflict(name string, want, have int64) *fault.Error {
-	var e *fault.Error
-	switch {
-	case have == 0:
-		e = fault.New(fault.FailedPrecondition, fault.ReasonVersionConflict, "tool %q does not exist (expected version %d)", name, want)
-	case have < 0:
-		e = fault.New(fault.FailedPrecondition, fault.ReasonVersionConflict, "tool %q is no longer at version %d", name, want)
-	default:
-		e = fault.New(fault.FailedPrecondition, fault.ReasonVersionConflict, "tool %q is at version %d, not %d", name, have, want)
-	}
-	return e.With("tool", name).With("expected_version", fmt.Sprint(want))
 }

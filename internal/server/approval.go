@@ -75,7 +75,7 @@ func (s *approvalServer) GetApproval(ctx context.Context, req *toolsvcv1.GetAppr
 	}
 	a, err := s.st.GetApproval(ctx, req.GetApprovalId())
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, fault.New(fault.NotFound, fault.ReasonApprovalNotFound, "no approval %q", req.GetApprovalId())
+		return nil, fault.ApprovalNotFound(req.GetApprovalId())
 	}
 	if err != nil {
 		return nil, err

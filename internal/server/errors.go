@@ -22,7 +22,6 @@ const ErrorDomain = "toolsvc"
 const (
 	ReasonNotFound = "NOT_FOUND"
 	ReasonConflict = "CONFLICT"
-	ReasonCanceled = "CANCELED"
 )
 
 // internalMessage is all a caller learns of an unexpected error; the error
@@ -40,6 +39,7 @@ var kindCodes = map[fault.Kind]codes.Code{
 	fault.Unavailable:        codes.Unavailable,
 	fault.ResourceExhausted:  codes.ResourceExhausted,
 	fault.DeadlineExceeded:   codes.DeadlineExceeded,
+	fault.Canceled:           codes.Canceled,
 }
 
 // ToStatus is the one translation of errors into gRPC statuses. Handlers
@@ -68,11 +68,11 @@ func toStatus(err error) *status.Status {
 	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
-		return detailed(codes.DeadlineExceeded, "the deadline passed before the request finished", fault.ReasonDeadlineExceeded, nil)
+		return faultStatus(fault.DeadlinePassed("before the request finished"))
 	case errors.Is(err, context.Canceled):
-		return detailed(codes.Canceled, "the request was canceled", ReasonCanceled, nil)
+		return faultStatus(fault.Cancelled("before it finished"))
 	case errors.Is(err, store.ErrUnavailable):
-		return detailed(codes.Unavailable, "the store is unavailable; retry later", fault.ReasonStoreUnavailable, nil)
+		return faultStatus(fault.StoreUnavailable(err))
 	case errors.Is(err, store.ErrNotFound):
 		return detailed(codes.NotFound, "not found", ReasonNotFound, nil)
 	case errors.Is(err, store.ErrConflict):

@@ -74,11 +74,11 @@ func TestToStatus(t *testing.T) {
 		{name: "internal fault keeps its message", err: fault.New(fault.Internal, fault.ReasonInternal, "schemas unavailable"), code: codes.Internal, reason: fault.ReasonInternal, message: "schemas unavailable"},
 		{name: "unknown fault kind", err: &fault.Error{Kind: fault.Kind(99), Reason: "X", Message: "m"}, code: codes.Internal, reason: "X"},
 		{name: "store not found", err: fmt.Errorf("get: %w", store.ErrNotFound), code: codes.NotFound, reason: ReasonNotFound},
-		{name: "store unavailable", err: fmt.Errorf("pg: %w: %w", store.ErrUnavailable, secret), code: codes.Unavailable, reason: fault.ReasonStoreUnavailable},
+		{name: "store unavailable", err: fmt.Errorf("pg: %w: %w", store.ErrUnavailable, secret), code: codes.Unavailable, reason: fault.ReasonStoreUnavailable, retry: time.Second},
 		{name: "store conflict", err: fmt.Errorf("update: %w", store.ErrConflict), code: codes.Aborted, reason: ReasonConflict},
 		{name: "store invalid", err: fmt.Errorf("bad cursor: %w", store.ErrInvalid), code: codes.InvalidArgument, reason: fault.ReasonInvalidRequest},
 		{name: "deadline", err: fmt.Errorf("query: %w", context.DeadlineExceeded), code: codes.DeadlineExceeded, reason: fault.ReasonDeadlineExceeded},
-		{name: "canceled", err: fmt.Errorf("query: %w", context.Canceled), code: codes.Canceled, reason: ReasonCanceled},
+		{name: "canceled", err: fmt.Errorf("query: %w", context.Canceled), code: codes.Canceled, reason: fault.ReasonCancelled},
 		{name: "anything else is internal and hides the error", err: secret, code: codes.Internal, reason: fault.ReasonInternal, message: internalMessage},
 		{name: "status passes through", err: status.Error(codes.Unimplemented, "method ExecuteTool not implemented"), code: codes.Unimplemented, message: "method ExecuteTool not implemented"},
 	} {

@@ -31,7 +31,7 @@ func (s *healthServer) GetToolHealth(_ context.Context, req *toolsvcv1.GetToolHe
 	}
 	h, ok := s.tracker.Get(req.GetTool())
 	if !ok {
-		return nil, fault.New(fault.NotFound, fault.ReasonToolNotFound, "no tool named %q", req.GetTool())
+		return nil, fault.ToolNotFound(req.GetTool())
 	}
 	return &toolsvcv1.GetToolHealthResponse{Health: healthToProto(&h)}, nil
 }

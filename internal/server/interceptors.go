@@ -168,7 +168,7 @@ func (a *authorizer) authorize(ctx context.Context, method string, req any) (con
 	}
 	p, err := a.authn.Authenticate(ctx)
 	if err == nil && p == nil {
-		err = fault.New(fault.Unauthenticated, fault.ReasonUnauthenticated, "no principal")
+		err = fault.NotAuthenticated("no principal")
 	}
 	if err != nil {
 		a.record(ctx, method, req, "", err)

@@ -243,7 +243,7 @@ func (s *Server) setServing(st healthpb.HealthCheckResponse_ServingStatus) {
 func principalFrom(ctx context.Context) (*auth.Principal, error) {
 	p, ok := auth.FromContext(ctx)
 	if !ok {
-		return nil, fault.New(fault.Internal, fault.ReasonInternal, "no principal in the call context")
+		return nil, fault.InternalError("no principal in the call context")
 	}
 	return p, nil
 }

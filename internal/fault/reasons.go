@@ -1,0 +1,226 @@
+package fault
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/safetext"
+)
+
+// One constructor per reason: the code, reason, metadata keys and wording of
+// each refusal are decided here, once, whichever package refuses. Text a
+// caller sent is quoted bounded (safetext.Quote), never whole.
+
+// q quotes caller-supplied text, bounded.
+func q(s string) string { return safetext.Quote(s) }
+
+// NotAuthenticated: the caller could not be identified.
+func NotAuthenticated(why string) *Error {
+	return New(Unauthenticated, ReasonUnauthenticated, "%s", why)
+}
+
+// RoleRequired: the principal holds none of the roles operation requires.
+func RoleRequired(principal, operation string, roles []string) *Error {
+	var e *Error
+	switch len(roles) {
+	case 0:
+		e = New(PermissionDenied, ReasonRoleRequired, "principal %s may not call %s: no role is granted it", q(principal), operation)
+	case 1:
+		e = New(PermissionDenied, ReasonRoleRequired, "principal %s may not call %s: it requires the %s role", q(principal), operation, roles[0])
+	default:
+		e = New(PermissionDenied, ReasonRoleRequired, "principal %s may not call %s: it requires one of the roles %s",
+			q(principal), operation, strings.Join(roles, ", "))
+	}
+	return e.With("roles", strings.Join(roles, ",")).With("operation", operation)
+}
+
+// ToolNotFound: no tool is registered under the name.
+func ToolNotFound(tool string) *Error {
+	return New(NotFound, ReasonToolNotFound, "no tool named %s is registered", q(tool)).With("tool", tool)
+}
+
+// ActionNotFound: the tool has no such action; the message lists the ones
+// it has.
+func ActionNotFound(tool, action string, actions []string) *Error {
+	return New(NotFound, ReasonActionNotFound, "tool %s has no action %s (actions: %s)",
+		q(tool), q(action), safetext.Bound(strings.Join(actions, ", "), 1000)).
+		With("tool", tool).With("action", action)
+}
+
+// ScopeViolation: the call does not hold every scope the tool requires.
+func ScopeViolation(tool string, missing []string) *Error {
+	list := safetext.Bound(strings.Join(missing, ", "), 1000)
+	return New(PermissionDenied, ReasonScopeViolation, "tool %s requires scopes the call does not hold: %s", q(tool), list).
+		With("tool", tool).With("missing_scopes", strings.Join(missing, ","))
+}
+
+// ToolUnavailable: the tool refuses calls for now (why says because of
+// what); retry says when to try again (0: no hint).
+func ToolUnavailable(tool, why string, retry time.Duration) *Error {
+	e := New(Unavailable, ReasonToolUnavailable, "tool %s is unavailable: %s", q(tool), why).With("tool", tool)
+	if retry > 0 {
+		e = e.WithRetry(retry)
+	}
+	return e
+}
+
+// ToolRateLimited: the tool is rate limited until reset; the call did not
+// run.
+func ToolRateLimited(tool string, reset time.Time, retry time.Duration) *Error {
+	at := reset.UTC().Format(time.RFC3339)
+	return New(ResourceExhausted, ReasonToolRateLimited,
+		"tool %s is rate limited until %s; the call did not run and may be retried then", q(tool), at).
+		With("tool", tool).With("reset_time", at).WithRetry(retryOr(retry, time.Second))
+}
+
+// KeyReused: the idempotency key belongs to another call.
+func KeyReused(key, callID, tool, action string) *Error {
+	return New(FailedPrecondition, ReasonKeyReused,
+		"idempotency key %s was used for another call (%s.%s with other arguments); use a new key for a new call",
+		q(key), tool, action).With("call_id", callID)
+}
+
+// CallInProgress: a call with the key is still executing.
+func CallInProgress(key, callID string, retry time.Duration) *Error {
+	return New(Aborted, ReasonCallInProgress,
+		"a call with idempotency key %s is still executing; retry to get its outcome", q(key)).
+		With("call_id", callID).WithRetry(retry)
+}
+
+// DeadlinePassed: the caller's deadline passed; what says before what.
+func DeadlinePassed(what string) *Error {
+	return New(DeadlineExceeded, ReasonDeadlineExceeded, "the deadline passed %s", what)
+}
+
+// Cancelled: the caller cancelled the request; what says before what.
+func Cancelled(what string) *Error {
+	return New(Canceled, ReasonCancelled, "the request was cancelled %s", what)
+}
+
+// OutcomePending: the tool ran, but its outcome was not yet recorded when
+// the caller's deadline came (or the caller went away). The outcome is kept
+// and recorded as soon as the store allows; a retry with the same key
+// returns it. kind is DeadlineExceeded or Canceled.
+func OutcomePending(kind Kind, key, callID string) *Error {
+	return New(kind, ReasonOutcomePending,
+		"the call ran, and its outcome is still being recorded; retry with idempotency key %s to get it", q(key)).
+		With("call_id", callID).WithRetry(time.Second)
+}
+
+// StoreUnavailable: the store cannot be reached.
+func StoreUnavailable(cause error) *Error {
+	return New(Unavailable, ReasonStoreUnavailable, "the store is unavailable; retry shortly").
+		WithRetry(time.Second).WithCause(cause)
+}
+
+// VersionConflict: the tool is not at the version the caller expected.
+// have is the version found, 0 if the tool does not exist, negative if it
+// changed since it was read.
+func VersionConflict(tool string, want, have int64) *Error {
+	var e *Error
+	switch {
+	case have == 0:
+		e = New(FailedPrecondition, ReasonVersionConflict, "tool %s does not exist (expected version %d)", q(tool), want)
+	case have < 0:
+		e = New(FailedPrecondition, ReasonVersionConflict, "tool %s is no longer at version %d", q(tool), want)
+	default:
+		e = New(FailedPrecondition, ReasonVersionConflict, "tool %s is at version %d, not %d", q(tool), have, want)
+	}
+	return e.With("tool", tool).With("expected_version", fmt.Sprint(want))
+}
+
+// ConcurrentWriters: a tool changed under every attempt to write it.
+func ConcurrentWriters(tool string) *Error {
+	return New(Aborted, ReasonVersionConflict, "tool %s was changed concurrently by other writers; retry", q(tool)).
+		With("tool", tool)
+}
+
+// CallNotFound: no such call is visible to the caller.
+func CallNotFound() *Error {
+	return New(NotFound, ReasonCallNotFound, "no such call")
+}
+
+// CallNotUnknown: only UNKNOWN calls can be resolved by hand.
+func CallNotUnknown(callID string, state string) *Error {
+	return New(FailedPrecondition, ReasonCallNotUnknown, "call %s is %s; only UNKNOWN calls can be resolved", q(callID), state).
+		With("state", state)
+}
+
+// ApprovalNotFound: no such approval is visible to the caller.
+func ApprovalNotFound(id string) *Error {
+	return New(NotFound, ReasonApprovalNotFound, "no approval %s", q(id))
+}
+
+// ApprovalExpired: the approval expired before it was resolved or used.
+func ApprovalExpired(id string, at time.Time, hint string) *Error {
+	msg := fmt.Sprintf("approval %s expired at %s", q(id), at.UTC().Format(time.RFC3339))
+	if hint != "" {
+		msg += "; " + hint
+	}
+	return New(FailedPrecondition, ReasonApprovalExpired, "%s", msg).With("approval_id", id)
+}
+
+// ApprovalInvalidated: the approval no longer covers this call (why).
+func ApprovalInvalidated(id, why string) *Error {
+	return New(FailedPrecondition, ReasonApprovalInvalidated, "approval %s %s", q(id), why).With("approval_id", id)
+}
+
+// ForeignApproval: the request names an approval that is not its call's.
+// own is the call's approval ("" when the call has none).
+func ForeignApproval(given, own, key string) *Error {
+	if own == "" {
+		return New(FailedPrecondition, ReasonApprovalInvalidated,
+			"approval %s does not belong to this call (no approval was requested under idempotency key %s)", q(given), q(key))
+	}
+	return New(FailedPrecondition, ReasonApprovalInvalidated,
+		"approval %s does not belong to this call (idempotency key %s is waiting for approval %s)", q(given), q(key), q(own)).
+		With("approval_id", own)
+}
+
+// ApprovalNotPending: the approval was already resolved, used or expired.
+func ApprovalNotPending(id, state string) *Error {
+	return New(FailedPrecondition, ReasonApprovalNotPending, "approval %s is %s, not PENDING", q(id), state).
+		With("approval_id", id).With("state", state)
+}
+
+// SelfApproval: the requester of a call may not resolve its approval.
+func SelfApproval(principal, approvalID string) *Error {
+	return New(PermissionDenied, ReasonSelfApproval,
+		"principal %s requested this call and may not resolve its approval", q(principal)).With("approval_id", approvalID)
+}
+
+// PreviewExpired: the preview can no longer be used (why).
+func PreviewExpired(why string) *Error {
+	return New(FailedPrecondition, ReasonPreviewExpired,
+		"the preview of this call %s; call again with the same key, without preview_token, for a new preview", why)
+}
+
+// PreviewTokenMismatch: the preview token is not the one pending for the key.
+func PreviewTokenMismatch(key string, nonePending bool) *Error {
+	if nonePending {
+		return New(FailedPrecondition, ReasonPreviewTokenMismatch,
+			"no preview is pending for idempotency key %s; call without preview_token first", q(key))
+	}
+	return New(FailedPrecondition, ReasonPreviewTokenMismatch,
+		"preview_token does not match the preview pending for idempotency key %s", q(key))
+}
+
+// InvalidOperation: a request names an operation the server does not know.
+func InvalidOperation(what string) *Error {
+	return New(InvalidArgument, ReasonInvalidRequest, "%s", what)
+}
+
+// InternalError: a server bug or an impossible state. The message must not
+// carry caller input or secrets.
+func InternalError(what string) *Error {
+	return New(Internal, ReasonInternal, "%s", what)
+}
+
+// retryOr is d, or def when d is not positive (a retry hint must be).
+func retryOr(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}

@@ -1,0 +1,63 @@
+package fault
+
+import (
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// Every constructor gives its one kind and reason, and never echoes
+// unbounded or invalid caller text into the message or metadata.
+func TestConstructors(t *testing.T) {
+	huge := strings.Repeat("é", 100_000) + "\x00\xff"
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		err    *Error
+		kind   Kind
+		reason string
+	}{
+		{NotAuthenticated("no credentials"), Unauthenticated, ReasonUnauthenticated},
+		{RoleRequired(huge, "ExecuteTool", []string{"agent"}), PermissionDenied, ReasonRoleRequired},
+		{ToolNotFound(huge), NotFound, ReasonToolNotFound},
+		{ActionNotFound(huge, huge, []string{"a", "b"}), NotFound, ReasonActionNotFound},
+		{ScopeViolation(huge, []string{huge}), PermissionDenied, ReasonScopeViolation},
+		{ToolUnavailable(huge, "drained", time.Second), Unavailable, ReasonToolUnavailable},
+		{ToolRateLimited(huge, at, 0), ResourceExhausted, ReasonToolRateLimited},
+		{KeyReused(huge, "c1", "t", "a"), FailedPrecondition, ReasonKeyReused},
+		{CallInProgress(huge, "c1", time.Second), Aborted, ReasonCallInProgress},
+		{DeadlinePassed("before the call could be reserved"), DeadlineExceeded, ReasonDeadlineExceeded},
+		{Cancelled("before the call could be reserved"), Canceled, ReasonCancelled},
+		{OutcomePending(DeadlineExceeded, huge, "c1"), DeadlineExceeded, ReasonOutcomePending},
+		{StoreUnavailable(nil), Unavailable, ReasonStoreUnavailable},
+		{VersionConflict(huge, 2, 3), FailedPrecondition, ReasonVersionConflict},
+		{ConcurrentWriters(huge), Aborted, ReasonVersionConflict},
+		{CallNotFound(), NotFound, ReasonCallNotFound},
+		{CallNotUnknown(huge, "SUCCEEDED"), FailedPrecondition, ReasonCallNotUnknown},
+		{ApprovalNotFound(huge), NotFound, ReasonApprovalNotFound},
+		{ApprovalExpired(huge, at, "ask again"), FailedPrecondition, ReasonApprovalExpired},
+		{ApprovalInvalidated(huge, "is not this call's"), FailedPrecondition, ReasonApprovalInvalidated},
+		{ForeignApproval(huge, huge, huge), FailedPrecondition, ReasonApprovalInvalidated},
+		{ApprovalNotPending(huge, "DENIED"), FailedPrecondition, ReasonApprovalNotPending},
+		{SelfApproval(huge, "ap1"), PermissionDenied, ReasonSelfApproval},
+		{PreviewExpired("expired"), FailedPrecondition, ReasonPreviewExpired},
+		{PreviewTokenMismatch(huge, true), FailedPrecondition, ReasonPreviewTokenMismatch},
+		{InvalidOperation("bad"), InvalidArgument, ReasonInvalidRequest},
+		{InternalError("bug"), Internal, ReasonInternal},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			if tc.err.Kind != tc.kind || tc.err.Reason != tc.reason {
+				t.Fatalf("kind %v reason %s, want %v %s", tc.err.Kind, tc.err.Reason, tc.kind, tc.reason)
+			}
+			check := func(what, s string) {
+				if len(s) > 2500 || (what != "message" && len(s) > MaxMetadataValue) || !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
+					t.Fatalf("%s is unbounded or not clean text (%d bytes)", what, len(s))
+				}
+			}
+			check("message", tc.err.Message)
+			for k, v := range tc.err.Metadata {
+				check("metadata "+k, v)
+			}
+		})
+	}
+}

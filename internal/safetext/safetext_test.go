@@ -1,0 +1,71 @@
+package safetext
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestTruncateKeepsCharacters(t *testing.T) {
+	s := strings.Repeat("日本語", 50) // 3-byte characters
+	for max := 0; max <= len(s)+1; max++ {
+		got := Truncate(s, max)
+		if len(got) > max {
+			t.Fatalf("max %d: %d bytes", max, len(got))
+		}
+		if !utf8.ValidString(got) {
+			t.Fatalf("max %d: split a character: %q", max, got)
+		}
+		if max < len(s) && max > len(Marker) && !strings.HasSuffix(got, Marker) {
+			t.Fatalf("max %d: cut without the marker: %q", max, got)
+		}
+		if max >= len(s) && got != s {
+			t.Fatalf("max %d: changed text that fits", max)
+		}
+	}
+}
+
+func TestCleanAndCheck(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		err      error
+	}{
+		{"plain", "plain", nil},
+		{"é日😀", "é日😀", nil},
+		{"a\x00b", "a\uFFFDb", ErrNUL},
+		{"a\xffb", "a\uFFFDb", ErrInvalidUTF8},
+		{"\xe6\x97", "\uFFFD", ErrInvalidUTF8}, // a cut 3-byte character
+		{"\x00\xff", "\uFFFD\uFFFD", ErrInvalidUTF8},
+	} {
+		if got := Clean(tc.in); got != tc.want {
+			t.Errorf("Clean(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		if err := Check(tc.in); err != tc.err {
+			t.Errorf("Check(%q) = %v, want %v", tc.in, err, tc.err)
+		}
+		if !Valid(Clean(tc.in)) {
+			t.Errorf("Clean(%q) is not valid", tc.in)
+		}
+	}
+}
+
+func TestQuoteIsBounded(t *testing.T) {
+	q := Quote(strings.Repeat("x", 1<<20) + "\x00")
+	if len(q) > QuoteLimit+2 {
+		t.Fatalf("quote of 1 MiB is %d bytes", len(q))
+	}
+}
+
+func FuzzBound(f *testing.F) {
+	f.Add("héllo\x00\xff", 7)
+	f.Add(strings.Repeat("😀", 10), 5)
+	f.Fuzz(func(t *testing.T, s string, max int) {
+		if max < 0 || max > 1<<16 {
+			return
+		}
+		got := Bound(s, max)
+		if len(got) > max || !Valid(got) {
+			t.Fatalf("Bound(%q, %d) = %q", s, max, got)
+		}
+	})
+}
