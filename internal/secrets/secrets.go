@@ -1,0 +1,67 @@
+// Package secrets is toolsvc's secrets boundary (DESIGN §8): connectors get
+// a Store at construction and fetch each credential right before use, and
+// the value travels as a Secret, whose every printed, logged or marshalled
+// form is redacted. Only references (a connector id and a key) live in
+// tools, configuration and the database.
+package secrets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+)
+
+// ErrNotFound: the store has no value for the connector and key.
+var ErrNotFound = errors.New("secret not found")
+
+// Redacted is what every printed form of a Secret shows.
+const Redacted = "[REDACTED]"
+
+// Store fetches secret values. Implementations must be safe for concurrent
+// use and must not log values.
+type Store interface {
+	// Get returns the value of key for connector, or an error wrapping
+	// ErrNotFound that names the connector and the key (never a value).
+	Get(ctx context.Context, connectorID, key string) (Secret, error)
+}
+
+// Secret is a secret value. Its String, GoString, Format, JSON, text and
+// slog forms are all Redacted; only Reveal gives the value, to be used at
+// the moment it is needed and not kept longer than the call.
+type Secret struct {
+	value string
+}
+
+// New wraps a value.
+func New(value string) Secret { return Secret{value: value} }
+
+// Reveal returns the value.
+func (s Secret) Reveal() string { return s.value }
+
+// IsZero reports whether the secret is empty.
+func (s Secret) IsZero() bool { return s.value == "" }
+
+// String implements fmt.Stringer.
+func (Secret) String() string { return Redacted }
+
+// GoString implements fmt.GoStringer (%#v).
+func (Secret) GoString() string { return Redacted }
+
+// Format implements fmt.Formatter: every verb and flag prints Redacted.
+func (Secret) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(Redacted)) }
+
+// MarshalJSON implements json.Marshaler.
+func (Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + Redacted + `"`), nil }
+
+// MarshalText implements encoding.TextMarshaler.
+func (Secret) MarshalText() ([]byte, error) { return []byte(Redacted), nil }
+
+// LogValue implements slog.LogValuer.
+func (Secret) LogValue() slog.Value { return slog.StringValue(Redacted) }
+
+// MissingError is a missing secret: a clear failure naming the connector
+// and the key.
+func MissingError(connectorID, key string) error {
+	return fmt.Errorf("connector %q: secret %q is not set: %w", connectorID, key, ErrNotFound)
+}
