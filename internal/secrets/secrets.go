@@ -65,3 +65,34 @@ func (Secret) LogValue() slog.Value { return slog.StringValue(Redacted) }
 func MissingError(connectorID, key string) error {
 	return fmt.Errorf("connector %q: secret %q is not set: %w", connectorID, key, ErrNotFound)
 }
+
+// Ref points at a secret: the key in the connector's secrets, and an
+// optional prefix put before the value when it is used ("Bearer ").
+type Ref struct {
+	Key    string `json:"secret" yaml:"secret"`
+	Prefix string `json:"prefix,omitempty" yaml:"prefix,omitempty"`
+}
+
+// Value is a configuration value that is either a literal (not secret: a
+// content type, a region) or a reference to a secret. Exactly one is set.
+type Value struct {
+	Literal string `json:"value,omitempty"`
+	Secret  *Ref   `json:"secret_ref,omitempty"`
+}
+
+// Resolve returns the value to use now: the literal, or the prefix and the
+// secret fetched from st for connectorID. Call it right before use and keep
+// the result no longer than the call (or the connection it opens).
+func (v Value) Resolve(ctx context.Context, st Store, connectorID string) (Secret, error) {
+	if v.Secret == nil {
+		return New(v.Literal), nil
+	}
+	if st == nil {
+		return Secret{}, MissingError(connectorID, v.Secret.Key)
+	}
+	s, err := st.Get(ctx, connectorID, v.Secret.Key)
+	if err != nil {
+		return Secret{}, err
+	}
+	return New(v.Secret.Prefix + s.Reveal()), nil
+}
