@@ -1521,8 +1521,16 @@ func testReleaseClaim(t *testing.T, s store.Store) {
 	wantErr(t, "ReleaseClaim without a token", err, store.ErrInvalid)
 	for _, p := range []store.ReleaseClaimParams{
 		releaseClaimParams(c, "claim-other"),
-		func() store.ReleaseClaimParams { p := releaseClaimParams(c, first); p.PrincipalID = "agent-2"; return p }(),
-		func() store.ReleaseClaimParams { p := releaseClaimParams(c, first); p.IdempotencyKey = "key-2"; return p }(),
+		func() store.ReleaseClaimParams {
+			p := releaseClaimParams(c, first)
+			p.PrincipalID = "agent-2"
+			return p
+		}(),
+		func() store.ReleaseClaimParams {
+			p := releaseClaimParams(c, first)
+			p.IdempotencyKey = "key-2"
+			return p
+		}(),
 	} {
 		_, err := s.ReleaseClaim(ctx, p)
 		wantErr(t, "ReleaseClaim of someone else's reservation", err, store.ErrNotFound)
