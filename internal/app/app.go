@@ -50,6 +50,10 @@ type Options struct {
 	// HealthInterval is how often the store is pinged for grpc.health.v1;
 	// 0 means the server's default.
 	HealthInterval time.Duration
+	// WrapStore, if set, wraps the store the configuration opens before
+	// anything uses it (instrumentation, fault injection in tests). The App
+	// closes what it returns.
+	WrapStore func(store.Store) store.Store
 }
 
 // App is a wired toolsvc: store, registry, health, executor, reaper and server.
@@ -98,6 +102,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 
 	if a.store, err = openStore(ctx, cfg, log); err != nil {
 		return nil, err
+	}
+	if opts.WrapStore != nil {
+		a.store = opts.WrapStore(a.store)
 	}
 
 	var providers []tools.Provider

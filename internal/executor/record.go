@@ -15,7 +15,7 @@ import (
 // backoff between these bounds; each attempt is bounded by writeTimeout.
 const (
 	retryMin = 50 * time.Millisecond
-	retryMax = 2 * time.Second
+	retryMax = 500 * time.Millisecond
 )
 
 // maxInvalidRecords bounds the attempts at recording an outcome the store

@@ -17,7 +17,6 @@ import (
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
-
 // maxErrorText bounds tool error text carried into results and audit rows.
 const maxErrorText = 500
 
@@ -154,7 +153,7 @@ func (e *Executor) giveBack(ctx context.Context, c *call, token string, why *fau
 func (e *Executor) releaseParams(c *call, token, why string, events ...store.AuditEvent) store.ReleaseClaimParams {
 	now := e.now()
 	return store.ReleaseClaimParams{
-		PrincipalID: c.principal.ID, IdempotencyKey: c.key, Token: token,
+		PrincipalID: c.principal.ID, IdempotencyKey: c.key, Token: token, AnsweredEvent: audit.ToolCallDeduped,
 		Result: &store.Result{Success: false, Message: "the call did not run: " + why},
 		Now:    now, ExpiresAt: now.Add(e.idem.Retention), Events: events,
 	}

@@ -193,7 +193,8 @@ type CallStore interface {
 	// ReleaseClaim gives back a reservation whose tool never started: the
 	// call holding (p.PrincipalID, p.IdempotencyKey) with ClaimToken p.Token,
 	// if it is IN_PROGRESS (or UNKNOWN from a reaped lease, not resolved by
-	// hand: the tool did not act, whatever the reaper guessed), becomes
+	// hand and with no event of type p.AnsweredEvent: the tool did not act,
+	// whatever the reaper guessed, and nobody was told the guess), becomes
 	// RELEASED with Result p.Result, UpdatedAt p.Now, ExpiresAt p.ExpiresAt
 	// and no lease; its AttemptCount is kept. p.Events are appended with
 	// their CallID set to the released call's. ErrNotFound if no call holds
@@ -270,10 +271,14 @@ type ReleaseClaimParams struct {
 	PrincipalID    string
 	IdempotencyKey string
 	Token          string // required
-	Result         *Result
-	Now            time.Time
-	ExpiresAt      time.Time
-	Events         []AuditEvent
+	// AnsweredEvent is the event type that says a call's stored outcome was
+	// answered to a caller (a replay); a reaped call with such an event is
+	// not released. Required.
+	AnsweredEvent string
+	Result        *Result
+	Now           time.Time
+	ExpiresAt     time.Time
+	Events        []AuditEvent
 }
 
 // FinishCallParams are FinishCall's inputs.

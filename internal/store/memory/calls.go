@@ -320,8 +320,8 @@ func (s *Store) FinishCall(ctx context.Context, p store.FinishCallParams) (*stor
 
 // ReleaseClaim implements store.CallStore.
 func (s *Store) ReleaseClaim(ctx context.Context, p store.ReleaseClaimParams) (*store.Call, error) {
-	if p.Token == "" {
-		return nil, fmt.Errorf("release claim: a token is required: %w", store.ErrInvalid)
+	if p.Token == "" || p.AnsweredEvent == "" {
+		return nil, fmt.Errorf("release claim: a token and the answered event type are required: %w", store.ErrInvalid)
 	}
 	result, err := importResult(p.Result)
 	if err != nil {
@@ -337,7 +337,8 @@ func (s *Store) ReleaseClaim(ctx context.Context, p store.ReleaseClaimParams) (*
 		id, ok := st.callKeys[callKey{p.PrincipalID, p.IdempotencyKey}]
 		c := st.calls[id]
 		if !ok || c == nil || c.ClaimToken != p.Token ||
-			!(c.State == store.CallInProgress || (c.State == store.CallUnknown && c.ResolvedBy == "")) {
+			!(c.State == store.CallInProgress || (c.State == store.CallUnknown && c.ResolvedBy == "" &&
+				!st.hasEvent(c.ID, p.AnsweredEvent))) {
 			return fmt.Errorf("no reservation of key %q with that token to give back: %w", p.IdempotencyKey, store.ErrNotFound)
 		}
 		for _, e := range events {

@@ -499,19 +499,21 @@ func (s *Store) finishInTx(ctx context.Context, p store.FinishCallParams, result
 	return out, nil
 }
 
-// releaseClaimSQL gives back a reservation by its token; $1..$6 are the
-// principal, the key, the token, the result, now and the retention.
+// releaseClaimSQL gives back a reservation by its token; $1..$7 are the
+// principal, the key, the token, the result, now, the retention and the
+// type of event that says a reaped call's UNKNOWN was answered.
 const releaseClaimSQL = `UPDATE calls SET state = 'RELEASED', result = $4, updated_at = $5, expires_at = $6,
 		lease_expires_at = NULL
 	WHERE principal_id = $1 AND idempotency_key = $2 AND claim_token = $3 AND $3 <> ''
-		AND (state = 'IN_PROGRESS' OR (state = 'UNKNOWN' AND resolved_by = ''))
+		AND (state = 'IN_PROGRESS' OR (state = 'UNKNOWN' AND resolved_by = '' AND NOT EXISTS (
+			SELECT 1 FROM audit_events e WHERE e.call_id = calls.id AND e.call_id <> '' AND e.type = $7)))
 	RETURNING ` + callColumns
 
 // ReleaseClaim implements store.CallStore: the update, then the events
 // under the released call's id, in one transaction.
 func (s *Store) ReleaseClaim(ctx context.Context, p store.ReleaseClaimParams) (*store.Call, error) {
-	if p.Token == "" {
-		return nil, fmt.Errorf("%w: release claim: a token is required", store.ErrInvalid)
+	if p.Token == "" || p.AnsweredEvent == "" {
+		return nil, fmt.Errorf("%w: release claim: a token and the answered event type are required", store.ErrInvalid)
 	}
 	result, err := resultArg(p.Result)
 	if err != nil {
@@ -521,7 +523,7 @@ func (s *Store) ReleaseClaim(ctx context.Context, p store.ReleaseClaimParams) (*
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		out, err = scanCall(tx.QueryRow(ctx, releaseClaimSQL,
-			p.PrincipalID, p.IdempotencyKey, p.Token, result, p.Now, tsArg(p.ExpiresAt)))
+			p.PrincipalID, p.IdempotencyKey, p.Token, result, p.Now, tsArg(p.ExpiresAt), p.AnsweredEvent))
 		if err != nil {
 			return fmt.Errorf("release claim on key %q: %w", p.IdempotencyKey, err)
 		}

@@ -1502,7 +1502,7 @@ func testCallCopies(t *testing.T, s store.Store) {
 
 func releaseClaimParams(c *store.Call, token string) store.ReleaseClaimParams {
 	return store.ReleaseClaimParams{
-		PrincipalID: c.PrincipalID, IdempotencyKey: c.IdempotencyKey, Token: token,
+		PrincipalID: c.PrincipalID, IdempotencyKey: c.IdempotencyKey, Token: token, AnsweredEvent: audit.ToolCallDeduped,
 		Result: &store.Result{Message: "the caller's deadline passed before the tool started"},
 		Now:    at(2 * time.Minute), ExpiresAt: at(2 * time.Hour),
 		Events: []store.AuditEvent{newEvent(audit.ToolCallRejected, "")},
@@ -1574,6 +1574,17 @@ func testReleaseClaim(t *testing.T, s store.Store) {
 	if rel.State != store.CallReleased || rel.AttemptCount != 2 {
 		t.Fatalf("released %+v", rel)
 	}
+	// ... unless its UNKNOWN was answered to someone: that answer stands.
+	told := newCall("agent-1", "key-4", store.CallInProgress)
+	claim(t, s, told)
+	reap(t, s, at(2*time.Hour))
+	noErr(t, "AppendAuditEvents", s.AppendAuditEvents(ctx, []store.AuditEvent{newEvent(audit.ToolCallDeduped, told.ID)}))
+	_, err = s.ReleaseClaim(ctx, releaseClaimParams(told, told.ClaimToken))
+	wantErr(t, "ReleaseClaim of a reaped call whose UNKNOWN was answered", err, store.ErrNotFound)
+	if cur := getCall(t, s, told.ID); cur.State != store.CallUnknown {
+		t.Fatalf("answered UNKNOWN became %s", cur.State)
+	}
+
 	other := newCall("agent-1", "key-3", store.CallInProgress)
 	claim(t, s, other)
 	reap(t, s, at(2*time.Hour))
