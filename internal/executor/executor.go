@@ -56,6 +56,9 @@ type Options struct {
 	OverrunGrace time.Duration
 	Now          func() time.Time
 	Logger       *slog.Logger
+	// Observer, if set, is told about every call and tool execution
+	// (telemetry); nil costs nothing.
+	Observer Observer
 }
 
 // Executor runs tool calls.
@@ -227,11 +230,13 @@ type call struct {
 
 // Execute runs one call through the pipeline. Decisions the agent must act
 // on come back as a Response; caller and protocol problems as *fault.Error.
-func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) (*Response, error) {
+func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) (resp *Response, err error) {
+	c := &call{req: req, principal: p}
+	ctx, observed := e.observeCall(ctx, c)
+	defer func() { observed(resp, err) }()
 	if p == nil {
 		return nil, fault.NotAuthenticated("no principal")
 	}
-	c := &call{req: req, principal: p}
 
 	// The envelope: names, key, context ids, arguments.
 	if err := e.checkEnvelope(ctx, c); err != nil {
