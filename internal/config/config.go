@@ -70,6 +70,16 @@ type Config struct {
 	Health health.Config `mapstructure:"health"`
 	// Idempotency configures call leases, retention and the reaper.
 	Idempotency idempotency.Config `mapstructure:"idempotency"`
+	// Metrics configures the Prometheus endpoint.
+	Metrics MetricsConfig `mapstructure:"metrics"`
+}
+
+// MetricsConfig configures the Prometheus endpoint. (Traces and OTLP metrics
+// are configured by the standard OTEL_* environment variables.)
+type MetricsConfig struct {
+	// Listen is the host:port serving GET /metrics; empty means none. It
+	// serves metrics only (no API), so it may listen beyond loopback.
+	Listen string `mapstructure:"listen"`
 }
 
 // LogConfig configures logging.
@@ -242,6 +252,13 @@ func (c *Config) Validate() error {
 	}
 	p.addErr("health", c.Health.Validate())
 	p.addErr("idempotency", c.Idempotency.Validate())
+	if c.Metrics.Listen != "" {
+		if _, port, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
+			p.add("metrics.listen", "want host:port (e.g. 127.0.0.1:9464 or :9464), got %q", c.Metrics.Listen)
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			p.add("metrics.listen", "port must be a number from 0 to 65535, got %q", port)
+		}
+	}
 	if len(p) > 0 {
 		return &Error{Problems: p}
 	}

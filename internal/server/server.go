@@ -20,6 +20,7 @@ import (
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/stats"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/auth"
@@ -57,6 +58,9 @@ type Options struct {
 	// ShutdownTimeout bounds how long Serve waits for in-flight calls once
 	// its context ends; 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// StatsHandler, if set, sees every RPC (telemetry: the server span that
+	// continues the caller's trace, and the RPC metrics).
+	StatsHandler stats.Handler
 }
 
 // Server is toolsvc's gRPC server.
@@ -122,10 +126,14 @@ func New(o Options) (*Server, error) {
 	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
 
 	authz := &authorizer{authn: o.Authenticator, roles: methodRoles(), audit: o.Store, now: time.Now, log: log}
-	s.grpc = grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(recoveryUnary(log), loggingUnary(log), authz.unary()),
 		grpc.ChainStreamInterceptor(recoveryStream(log), loggingStream(log), authz.stream()),
-	)
+	}
+	if o.StatsHandler != nil {
+		opts = append(opts, grpc.StatsHandler(o.StatsHandler))
+	}
+	s.grpc = grpc.NewServer(opts...)
 	toolsvcv1.RegisterRegistryServiceServer(s.grpc, &registryServer{reg: o.Registry})
 	toolsvcv1.RegisterToolExecutionServiceServer(s.grpc, &executionServer{ex: o.Executor})
 	toolsvcv1.RegisterApprovalServiceServer(s.grpc, &approvalServer{ex: o.Executor, st: o.Store, streams: s.streams})
