@@ -115,10 +115,13 @@ func (e *Executor) observeTool(ctx context.Context, c *call, attempt int) (conte
 }
 
 // lifeContext bounds a background write of a call's outcome like the
-// executor's other background work (writeTimeout, and ended by Close) while
-// keeping base's values: the call's trace, so that the record's store round
-// trip is a child of the call's span.
+// executor's other background work (writeTimeout, and ended by Close). When
+// observed, it keeps base's values: the call's trace, so that the record's
+// store round trip is a child of the call's span.
 func (e *Executor) lifeContext(base context.Context) (context.Context, context.CancelFunc) {
+	if e.opts.Observer == nil {
+		return context.WithTimeout(e.life, writeTimeout)
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(base), writeTimeout)
 	stop := context.AfterFunc(e.life, cancel)
 	return ctx, func() {
