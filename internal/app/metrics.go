@@ -6,13 +6,25 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
+
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/toolsvc/toolsvc/internal/store"
 )
 
-// metricsPath is where the Prometheus endpoint serves.
+// metricsPath is where the operations endpoint serves the metrics.
 const metricsPath = "/metrics"
+
+// LivenessService is the grpc.health.v1 service name that the operations
+// endpoint reports SERVING for as long as the process answers at all,
+// whatever the store says: a liveness probe asks for it, so that a database
+// outage makes replicas unready, not restarted. The other names (the empty
+// one, the toolsvc services) are the server's own, SERVING while the store
+// is reachable: a readiness probe asks for those.
+const LivenessService = "liveness"
 
 // observe registers the gauges read at each metrics collection: tool health
 // from this replica's cache, pending approvals from the store.
@@ -40,8 +52,10 @@ func (a *App) listenMetrics() error {
 	return nil
 }
 
-// serveMetrics serves GET /metrics on metrics.listen, if configured, until
-// the returned function is called.
+// serveMetrics serves the operations endpoint on metrics.listen, if
+// configured, until the returned function is called: GET /metrics, and
+// grpc.health.v1 in plaintext HTTP/2 for probes that speak neither TLS nor
+// tokens (Kubernetes' gRPC probes). It serves no API.
 func (a *App) serveMetrics() (stop func(), err error) {
 	if a.cfg.Metrics.Listen == "" {
 		return func() {}, nil
@@ -49,14 +63,25 @@ func (a *App) serveMetrics() (stop func(), err error) {
 	if err := a.listenMetrics(); err != nil {
 		return nil, err
 	}
+	probes := grpc.NewServer()
+	healthpb.RegisterHealthServer(probes, liveness{HealthServer: a.server.Health()})
 	mux := http.NewServeMux()
 	mux.Handle("GET "+metricsPath, a.tel.MetricsHandler())
 	srv := &http.Server{
-		Handler:           mux,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+				probes.ServeHTTP(w, r)
+				return
+			}
+			mux.ServeHTTP(w, r)
+		}),
 		ReadHeaderTimeout: 5 * time.Second,
-		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
+		Protocols:         new(http.Protocols),
 	}
+	// HTTP/1.1 for scrapes; HTTP/2 without TLS (prior knowledge) for gRPC.
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
 	a.mu.Lock()
 	lis := a.metricsLis
 	a.mu.Unlock()
@@ -64,20 +89,35 @@ func (a *App) serveMetrics() (stop func(), err error) {
 	go func() {
 		defer close(served)
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Error("metrics endpoint stopped", "error", err.Error())
+			a.log.Error("operations endpoint stopped", "error", err.Error())
 		}
 	}()
-	a.log.Info("serving metrics", "listen", lis.Addr().String(), "path", metricsPath)
+	a.log.Info("serving metrics and health probes", "listen", lis.Addr().String(), "metrics_path", metricsPath,
+		"liveness_service", LivenessService)
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
+		probes.Stop()
 		<-served
 	}, nil
 }
 
-// MetricsAddr is the address of the Prometheus endpoint (nil before Listen or
-// Serve, or when metrics.listen is not set).
+// liveness answers LivenessService itself and everything else from the
+// server's health service.
+type liveness struct {
+	healthpb.HealthServer
+}
+
+func (l liveness) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if req.GetService() == LivenessService {
+		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+	}
+	return l.HealthServer.Check(ctx, req)
+}
+
+// MetricsAddr is the address of the operations endpoint (nil before Listen
+// or Serve, or when metrics.listen is not set).
 func (a *App) MetricsAddr() net.Addr {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -147,6 +147,10 @@ func New(o Options) (*Server, error) {
 // GRPC returns the underlying server (to register more services before Serve).
 func (s *Server) GRPC() *grpc.Server { return s.grpc }
 
+// Health is the server's grpc.health.v1 service, to answer it on another
+// listener too (Kubernetes' gRPC probes speak neither TLS nor tokens).
+func (s *Server) Health() healthpb.HealthServer { return s.health }
+
 // Serve serves on lis until ctx ends, then drains: health turns NOT_SERVING,
 // new calls are refused, in-flight calls get up to the shutdown timeout to
 // finish, and whatever is still running after it is cancelled. It returns nil
