@@ -116,6 +116,17 @@ func (l liveness) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (
 	return l.HealthServer.Check(ctx, req)
 }
 
+func (l liveness) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	if req.GetService() != LivenessService {
+		return l.HealthServer.Watch(req, stream)
+	}
+	if err := stream.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}); err != nil {
+		return err
+	}
+	<-stream.Context().Done()
+	return nil
+}
+
 // MetricsAddr is the address of the operations endpoint (nil before Listen
 // or Serve, or when metrics.listen is not set).
 func (a *App) MetricsAddr() net.Addr {

@@ -50,6 +50,15 @@ func TestOperationsEndpoint(t *testing.T) {
 			waitStatus(t, health, "", healthpb.HealthCheckResponse_SERVING)
 			waitStatus(t, health, toolsvcv1.ToolExecutionService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 			waitStatus(t, health, app.LivenessService, healthpb.HealthCheckResponse_SERVING)
+			wctx, cancel := context.WithCancel(context.Background())
+			watch, err := health.Watch(wctx, &healthpb.HealthCheckRequest{Service: app.LivenessService})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first, err := watch.Recv(); err != nil || first.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				t.Errorf("watch liveness: %v %v, want SERVING", first.GetStatus(), err)
+			}
+			cancel()
 			if _, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "no.such.Service"}); status.Code(err) != codes.NotFound {
 				t.Errorf("unknown service: %v, want NotFound", err)
 			}
