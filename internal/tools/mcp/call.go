@@ -73,21 +73,28 @@ func sessionForgotten(err error, tr *callTrace) bool {
 
 // callError maps a failed tools/call to the outcome it proves.
 func (c *Connector) callError(ctx context.Context, s *session, err error, tr *callTrace) error {
+	wrote := tr.wrote.Load()
 	msg := c.text(s, err.Error(), maxMessage)
 	if ctx.Err() != nil {
+		// The SDK says only "context canceled": say which end came first.
 		switch cause := context.Cause(ctx); {
 		case errors.Is(cause, ErrClosed):
-			msg = "the connector was closed while the call ran"
+			msg = "the connector was closed"
 		case errors.Is(cause, context.DeadlineExceeded):
-			msg = "no answer from the server before the call's deadline"
+			msg = "the call's deadline passed"
 		default:
-			msg = "the call was cancelled before the server answered"
+			msg = "the call was cancelled"
+		}
+		if wrote {
+			msg += " before the server answered"
+		} else {
+			msg += " before the request was sent"
 		}
 	}
 	status := int(tr.status.Load())
 	switch {
-	case !tr.wrote.Load():
-		return toolkit.Retryable(&Error{Kind: ErrUnavailable, Msg: "the request was not sent: " + msg})
+	case !wrote:
+		return toolkit.Retryable(&Error{Kind: ErrUnavailable, Msg: "the request did not reach the server: " + msg})
 	case serverRPCError(err) != nil:
 		rpc := serverRPCError(err)
 		return &Error{Kind: ErrServer, Msg: fmt.Sprintf("the server answered with error %d: %s",
