@@ -87,6 +87,15 @@ const (
 	// stopGrace is how long a stdio server has to exit after its stdin is
 	// closed, and again after SIGTERM, before it is killed.
 	stopGrace = 2 * time.Second
+	// maxDialWait is the longest a call waits for a scheduled attempt to
+	// open a session.
+	maxDialWait = time.Second
+	// idleConnTimeout closes idle HTTP connections before the server does.
+	idleConnTimeout = 4 * time.Second
+	// minStable is how long a session must last for its loss not to count
+	// as a flap: a server that dies right after each start is restarted
+	// with backoff, not in a tight loop.
+	minStable = 10 * time.Second
 	// stderrTail is how much of a stdio server's stderr is kept for the
 	// log line that reports its exit.
 	stderrTail = 4096
@@ -112,6 +121,7 @@ type Connector struct {
 	retry     *time.Timer   // the next scheduled dial after a failure
 	nextDial  time.Time     // no dial on demand before this
 	failures  int           // failed dials since the last success
+	flaps     int           // sessions in a row that ended before minStable
 	lastErr   string        // why the last dial or session failed (clean)
 	opened    int           // sessions opened since New
 	closed    bool
@@ -127,6 +137,7 @@ type session struct {
 	rt       *roundTripper
 	protocol string
 	server   string
+	openedAt time.Time
 
 	once sync.Once
 }
@@ -289,10 +300,12 @@ func (c *Connector) Close() error {
 }
 
 // session returns the open session, opening one if needed. While a dial is
-// in progress callers wait for it (as long as their context allows); after a
-// failed dial they are refused until the backoff has passed, so that a dead
-// server is not hammered by every call.
+// in progress callers wait for it (as long as their context allows). After
+// a failure, a caller waits for the next attempt when it is due within
+// maxDialWait (once: the server may be coming back), and is refused at once
+// otherwise, so that a dead server is not hammered by every call.
 func (c *Connector) session(ctx context.Context) (*session, error) {
+	waited := false
 	c.mu.Lock()
 	for {
 		if c.closed {
@@ -305,13 +318,23 @@ func (c *Connector) session(ctx context.Context) (*session, error) {
 		}
 		if c.dialing == nil {
 			if wait := time.Until(c.nextDial); wait > 0 {
-				err := &Error{Kind: ErrUnavailable, Msg: "the server is unavailable (" + c.lastErr +
-					"); the next attempt to connect is in " + wait.Round(time.Millisecond).String()}
+				if waited || wait > maxDialWait {
+					err := &Error{Kind: ErrUnavailable, Msg: "the server is unavailable (" + c.lastErr +
+						"); the next attempt to connect is in " + wait.Round(time.Millisecond).String()}
+					c.mu.Unlock()
+					return nil, err
+				}
 				c.mu.Unlock()
-				return nil, err
+				if err := sleep(ctx, wait); err != nil {
+					return nil, &Error{Kind: ErrUnavailable, Msg: "no session with the server before the deadline: " + c.lastErrSnapshot()}
+				}
+				waited = true
+				c.mu.Lock()
+				continue
 			}
 			c.dialLocked()
 		}
+		waited = true // the one attempt a caller waits for
 		ch := c.dialing
 		c.mu.Unlock()
 		select {
@@ -320,6 +343,24 @@ func (c *Connector) session(ctx context.Context) (*session, error) {
 			return nil, &Error{Kind: ErrUnavailable, Msg: "no session with the server before the deadline: " + ctx.Err().Error()}
 		}
 		c.mu.Lock()
+	}
+}
+
+func (c *Connector) lastErrSnapshot() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastErr
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -371,6 +412,7 @@ func (c *Connector) dial() {
 		return
 	}
 	reopened := c.opened > 0
+	s.openedAt = time.Now()
 	c.sess = s
 	c.opened++
 	c.failures, c.nextDial, c.lastErr = 0, time.Time{}, ""
@@ -400,11 +442,9 @@ func backoff(failures int) time.Duration {
 }
 
 // lost handles the end of a session: it stops being the session calls use,
-// and a new one is dialled at once.
+// and a new one is dialled.
 func (c *Connector) lost(s *session, why error) {
-	if c.detach(s, why) {
-		defer c.kick()
-	}
+	c.detach(s, why)
 	s.close(c.ss)
 }
 
@@ -412,7 +452,6 @@ func (c *Connector) lost(s *session, why error) {
 // closed on a goroutine of its own, since closing waits for them.
 func (c *Connector) abandon(s *session, why error) {
 	c.detach(s, why)
-	c.kick()
 	c.mu.Lock()
 	closed := c.closed
 	if !closed {
@@ -429,29 +468,44 @@ func (c *Connector) abandon(s *session, why error) {
 	}()
 }
 
-// detach makes s no longer the open session; it reports whether it was.
-func (c *Connector) detach(s *session, why error) bool {
+// detach makes s no longer the open session and dials a new one: at once,
+// unless sessions keep ending soon after they open (then with backoff).
+func (c *Connector) detach(s *session, why error) {
 	reason := "the session ended"
 	if why != nil {
 		reason += ": " + c.text(s, why.Error(), maxMessage)
 	}
+	var wait time.Duration
 	c.mu.Lock()
-	current := c.sess == s
-	if current {
-		c.sess, c.lastErr = nil, reason
+	if c.sess != s || c.closed {
+		c.mu.Unlock()
+		return
 	}
-	closed := c.closed
+	c.sess, c.lastErr = nil, reason
+	if time.Since(s.openedAt) < minStable {
+		c.flaps++
+	} else {
+		c.flaps = 0
+	}
+	if c.flaps > 1 {
+		wait = backoff(c.flaps - 1)
+		c.nextDial = time.Now().Add(wait)
+		c.retry = time.AfterFunc(wait, c.kick)
+	} else {
+		c.dialLocked()
+	}
 	c.mu.Unlock()
-	if current && !closed {
-		attrs := []any{"reason", reason}
-		if s.stderr != nil {
-			if t := s.stderr.String(); t != "" {
-				attrs = append(attrs, "stderr", c.text(s, t, maxLogText))
-			}
-		}
-		c.log.Warn("MCP session lost; reconnecting", attrs...)
+
+	attrs := []any{"reason", reason}
+	if wait > 0 {
+		attrs = append(attrs, "retry_in", wait.Round(time.Millisecond).String())
 	}
-	return current
+	if s.stderr != nil {
+		if t := s.stderr.String(); t != "" {
+			attrs = append(attrs, "stderr", c.text(s, t, maxLogText))
+		}
+	}
+	c.log.Warn("MCP session lost; reconnecting", attrs...)
 }
 
 // close ends the session and frees what it holds: the SDK session, the
@@ -574,8 +628,14 @@ func (c *Connector) openHTTP(ctx context.Context) (*session, error) {
 	}
 	s := &session{scrub: newScrubber(hidden)}
 	c.ss.add(s.scrub)
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	// A request sent on a kept-alive connection that the server closes at
+	// that moment gets no answer, and a tools/call without an answer is an
+	// unknown outcome. Servers close idle connections after as little as
+	// 5s (Node's default); closing them first makes that race rare.
+	base.IdleConnTimeout = idleConnTimeout
 	s.rt = &roundTripper{
-		base:   http.DefaultTransport.(*http.Transport).Clone(),
+		base:   base,
 		origin: origin(u),
 		// The 2026-07-28 notification stream ending means the server went
 		// away or forgot the subscription; either way a new session is

@@ -315,3 +315,45 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// A server that dies soon after each start is restarted once at once, then
+// with backoff; a session that lasted resets that.
+func TestFlapsBackOff(t *testing.T) {
+	t.Parallel()
+	c, err := New(Config{ID: "flappy", Transport: TransportStdio, Command: []string{"/nonexistent/server"}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// lose ends a session of the given age; it reports the flap count,
+	// whether a dial started at once, and when the next is due otherwise.
+	lose := func(age time.Duration) (flaps int, dialed bool, next time.Time) {
+		s := &session{openedAt: time.Now().Add(-age), scrub: &scrubber{}}
+		c.mu.Lock()
+		for c.dialing != nil { // let a dial in progress finish
+			ch := c.dialing
+			c.mu.Unlock()
+			<-ch
+			c.mu.Lock()
+		}
+		c.sess, c.nextDial = s, time.Time{}
+		if c.retry != nil {
+			c.retry.Stop()
+		}
+		before := c.failures
+		c.mu.Unlock()
+		c.detach(s, errors.New("gone"))
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.flaps, c.dialing != nil || c.failures > before, c.nextDial
+	}
+	if f, dialed, _ := lose(time.Second); f != 1 || !dialed {
+		t.Errorf("first quick loss: flaps %d, dialed %v; want an immediate dial", f, dialed)
+	}
+	if f, dialed, next := lose(time.Second); f != 2 || dialed || time.Until(next) < minBackoff/4 {
+		t.Errorf("second quick loss: flaps %d, dialed %v, next dial in %s; want a backoff", f, dialed, time.Until(next))
+	}
+	if f, dialed, _ := lose(time.Minute); f != 0 || !dialed {
+		t.Errorf("a long session: flaps %d, dialed %v", f, dialed)
+	}
+}
