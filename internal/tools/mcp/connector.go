@@ -16,6 +16,18 @@
 //   - a JSON-RPC error or an HTTP refusal from the server is a plain error
 //     (the tool failed; it counts against the tool's health).
 //
+// Discovery leaves out, with a logged reason (Discovery.Skipped), a tool
+// whose input schema is larger than MaxSchemaBytes, not a JSON object, holds
+// a $ref that leaves the document or names an unknown $schema, and a tool
+// whose name is empty, unusable or listed twice: one bad tool does not take
+// the connector's other tools down with it.
+//
+// The SDK (v1.8.0) offers the newest revision, 2026-07-28, through
+// server/discover and falls back to initialize, where the server picks
+// 2025-11-25 or older; over streamable HTTP the SDK's servers offer
+// 2026-07-28 only when they are stateless. The tests pin servers to
+// 2025-06-18, 2025-11-25 and 2026-07-28 over both transports.
+//
 // Sessions are opened lazily or by Start, and reopened with backoff when the
 // server goes away; a stdio server is restarted. Secrets for the server's
 // environment and the HTTP headers are fetched each time a session is
@@ -515,6 +527,7 @@ func (s *session) close(ss *scrubbers) {
 		_ = s.cs.Close()
 		if s.cmd != nil {
 			killProcessGroup(s.cmd)
+			s.cmd.Env = nil // the secrets it was started with
 		}
 		if s.rt != nil {
 			s.rt.close()

@@ -195,7 +195,53 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if method == methodListen && t.onListenEnd != nil && resp.StatusCode/100 == 2 {
 		resp.Body = &endWatcher{ReadCloser: resp.Body, onEnd: t.onListenEnd}
 	}
+	// The SDK reads error bodies and JSON answers whole; event streams it
+	// bounds per event.
+	switch {
+	case resp.StatusCode/100 != 2:
+		resp.Body = &capped{ReadCloser: resp.Body, left: maxErrorBody}
+	case strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json"):
+		resp.Body = &capped{ReadCloser: resp.Body, left: maxJSONBody}
+	}
 	return resp, nil
+}
+
+// Bounds on HTTP bodies the SDK reads whole.
+const (
+	maxErrorBody = 64 << 10
+	maxJSONBody  = sdk.DefaultMaxLineLength // what stdio allows one message
+)
+
+// errTooLarge ends a body that exceeds its bound: an error, not a silent
+// cut, so that no truncated message is ever taken for a whole one.
+var errTooLarge = errors.New("the server's response is too large")
+
+// capped fails reads past left bytes.
+type capped struct {
+	io.ReadCloser
+	left int64
+}
+
+func (c *capped) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		// Exactly at the bound is fine if the body ends there.
+		var one [1]byte
+		for {
+			n, err := c.ReadCloser.Read(one[:])
+			if n > 0 {
+				return 0, errTooLarge
+			}
+			if err != nil {
+				return 0, err
+			}
+		}
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.ReadCloser.Read(p)
+	c.left -= int64(n)
+	return n, err
 }
 
 // close forgets the headers (the session's secrets) and its connections.

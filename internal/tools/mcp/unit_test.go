@@ -357,3 +357,17 @@ func TestFlapsBackOff(t *testing.T) {
 		t.Errorf("a long session: flaps %d, dialed %v", f, dialed)
 	}
 }
+
+func TestCappedBody(t *testing.T) {
+	t.Parallel()
+	read := func(body string, limit int64) (string, error) {
+		b, err := io.ReadAll(&capped{ReadCloser: io.NopCloser(strings.NewReader(body)), left: limit})
+		return string(b), err
+	}
+	if b, err := read("12345", 5); b != "12345" || err != nil {
+		t.Errorf("at the bound: %q %v", b, err)
+	}
+	if b, err := read("123456", 5); !errors.Is(err, errTooLarge) || b != "12345" {
+		t.Errorf("past the bound: %q %v", b, err)
+	}
+}
