@@ -328,7 +328,7 @@ type httpServer struct {
 	requests atomic.Int64
 }
 
-func newHTTPServer(t *testing.T, o serverOptions) *httpServer {
+func newHTTPServer(t testing.TB, o serverOptions) *httpServer {
 	t.Helper()
 	h := &httpServer{release: make(chan struct{})}
 	o.release = h.release
@@ -406,7 +406,7 @@ func readAll(r *http.Request) ([]byte, error) {
 }
 
 // stdioConfig is a connector config for the re-executed test binary.
-func stdioConfig(t *testing.T, kind string, versions []string, pageSize int) Config {
+func stdioConfig(t testing.TB, kind string, versions []string, pageSize int) Config {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
