@@ -178,11 +178,11 @@ func TestPrecedence(t *testing.T) {
 	if !cfg.DemoToolsEnabled() || cfg.ShutdownTimeout != 4*time.Second {
 		t.Fatalf("unset flags overrode the file: %+v", cfg)
 	}
-	cfg, err = config.Load(config.Sources{Flags: newFlags("--demo-tools=false", "--database-url", "postgres://x@127.0.0.1/db")})
+	cfg, err = config.Load(config.Sources{Flags: newFlags("--demo-tools=false", "--database-url", "postgres://x@127.0.0.1/db", "--shutdown-grace", "9s")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.DemoToolsEnabled() || cfg.DatabaseURL != "postgres://x@127.0.0.1/db" {
+	if cfg.DemoToolsEnabled() || cfg.DatabaseURL != "postgres://x@127.0.0.1/db" || cfg.ShutdownGrace != 9*time.Second {
 		t.Fatalf("flags ignored: %+v", cfg)
 	}
 }
