@@ -83,7 +83,7 @@ type Server struct {
 	// overdue is cancelled when the shutdown timeout has passed: it ends the
 	// RPCs other than ExecuteTool still running (see cancelOverdue).
 	overdue     context.Context
-	cancelOverd context.CancelFunc
+	stopOverdue context.CancelFunc
 	exec        *executor.Executor
 	health      *grpchealth.Server
 	store       store.Store
@@ -92,7 +92,7 @@ type Server struct {
 	drain       time.Duration
 	grace       time.Duration
 
-	// probe state of grpc.health.v1 (see watchStore and storeFailed).
+	// probe state of grpc.health.v1 (see watchStore and observe).
 	probeMu sync.Mutex
 	serving bool
 	// failures counts store failures seen by requests: a ping that began
@@ -147,7 +147,7 @@ func New(o Options) (*Server, error) {
 		drain:    o.ShutdownTimeout,
 		grace:    o.ShutdownGrace,
 	}
-	s.overdue, s.cancelOverd = context.WithCancel(context.Background())
+	s.overdue, s.stopOverdue = context.WithCancel(context.Background())
 	if s.drain <= 0 {
 		s.drain = DefaultShutdownTimeout
 	}
@@ -196,10 +196,13 @@ func (s *Server) GRPC() *grpc.Server { return s.grpc }
 
 // Serve serves on lis until ctx ends, then drains: health turns NOT_SERVING,
 // new calls are refused, in-flight calls get up to the shutdown timeout to
-// finish, and whatever is still running after it is cancelled. It returns nil
-// after a shutdown requested through ctx, or the error that stopped serving.
+// finish, and whatever is still running after it is aborted (tool calls,
+// which record their outcomes) or cancelled (the other RPCs); their answers
+// get the shutdown grace to reach their callers before the connections
+// close. It returns nil after a shutdown requested through ctx, or the error
+// that stopped serving.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
-	defer s.cancelOverd()
+	defer s.stopOverdue()
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watched := make(chan struct{})
 	go func() {
@@ -245,7 +248,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		// stay open for the grace, so that those answers reach their
 		// callers; only then are they closed.
 		s.exec.Abort()
-		s.cancelOverd()
+		s.stopOverdue()
 		grace := time.NewTimer(s.grace)
 		defer grace.Stop()
 		select {
@@ -266,7 +269,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // watchStore pings the store every interval, until ctx ends, and turns
 // grpc.health.v1 SERVING when a ping succeeds and NOT_SERVING when one fails.
 // Requests that find the store unavailable turn it NOT_SERVING at once
-// (storeFailed), so that outages shorter than the interval are seen too.
+// (observe), so that outages shorter than the interval are seen too.
 func (s *Server) watchStore(ctx context.Context) {
 	check := func() {
 		s.probeMu.Lock()
