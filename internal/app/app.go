@@ -295,10 +295,8 @@ func (a *App) Serve(ctx context.Context, lis net.Listener) error {
 		a.log.Warn("authentication is off: any caller may act as any principal (x-toolsvc-principal metadata); listening on loopback only")
 	}
 	err := a.server.Serve(ctx, lis)
-	// The gRPC server has stopped: no call is answered any more. Outcomes
-	// still being recorded in the background (a caller whose deadline came
-	// first was told the outcome is pending) must be stored before the store
-	// closes: the executor's Wait goes here, bounded by shutdown_grace.
+	// The gRPC server has stopped; Close (deferred) waits for outcomes
+	// still being recorded before it closes the store.
 	a.log.Info("toolsvc stopped")
 	return err
 }
