@@ -168,7 +168,9 @@ func (s *Store) ListAuditEvents(ctx context.Context, f store.AuditFilter) ([]*st
 	if f.MaxBytes == 0 {
 		return s.listAuditEvents(ctx, f)
 	}
-	const firstChunk = 16
+	// Small, so that a first read of huge events stays near the budget; the
+	// next chunk is sized from what it found.
+	const firstChunk = 4
 	var out []*store.AuditEvent
 	total := 0
 	for {
