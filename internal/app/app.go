@@ -47,8 +47,8 @@ type Options struct {
 	ExtraProviders []tools.Provider
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// HealthInterval is how often the store is pinged for grpc.health.v1;
-	// 0 means the server's default.
+	// HealthInterval, if positive, overrides server.store_probe_interval
+	// (how often the store is pinged for grpc.health.v1).
 	HealthInterval time.Duration
 	// WrapStore, if set, wraps the store the configuration opens before
 	// anything uses it (instrumentation, fault injection in tests). The App
@@ -145,7 +145,8 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 		return nil, err
 	}
 	// Every replica reaps: the sweeps are safe to run concurrently.
-	reaper := idempotency.NewReaper(a.store, cfg.Idempotency, opts.Now, log)
+	reaper := idempotency.NewReaper(a.store, cfg.Idempotency, opts.Now, log).
+		WithAuditRetention(a.store, cfg.Audit.Retention)
 	a.reaped = make(chan struct{})
 	go func() {
 		defer close(a.reaped)
@@ -160,6 +161,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 	if err != nil {
 		return nil, fmt.Errorf("principals: %w", err)
 	}
+	limits := cfg.Server
+	if opts.HealthInterval > 0 {
+		limits.StoreProbeInterval = opts.HealthInterval
+	}
 	a.server, err = server.New(server.Options{
 		Logger:          log,
 		Store:           a.store,
@@ -167,8 +172,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 		Authenticator:   authn,
 		Executor:        a.exec,
 		Health:          a.tracker,
-		HealthInterval:  opts.HealthInterval,
+		Config:          limits,
 		ShutdownTimeout: cfg.ShutdownTimeout,
+		ShutdownGrace:   cfg.ShutdownGrace,
+		AuditPageBytes:  cfg.Audit.PageBytes,
 	})
 	if err != nil {
 		return nil, err
@@ -241,13 +248,32 @@ func (a *App) logSync(source string, rep registry.SyncReport) {
 		"deleted", strings.Join(rep.Deleted, ","), "unchanged", len(rep.Unchanged))
 }
 
-// Listen opens the configured listen address.
+// Listen opens the configured listen address. While authentication is off
+// the socket must be bound to a loopback address: the configuration is
+// checked for one, but a name such as localhost is only resolved here, and
+// may resolve to any address, so the bound socket is what is checked.
 func (a *App) Listen() (net.Listener, error) {
 	lis, err := net.Listen("tcp", a.cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
 	}
+	if !a.cfg.Auth.Enabled {
+		if err := CheckLoopback(lis.Addr()); err != nil {
+			lis.Close()
+			return nil, fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
+		}
+	}
 	return lis, nil
+}
+
+// CheckLoopback refuses an address that is not a loopback TCP address: while
+// authentication is off, anyone who can connect may act as any principal.
+func CheckLoopback(addr net.Addr) error {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsLoopback() {
+		return fmt.Errorf("refusing to serve on %s: it is not a loopback address, and authentication is off (anyone who can connect may act as any principal); listen on 127.0.0.1 or ::1", addr)
+	}
+	return nil
 }
 
 // Serve serves on lis until ctx ends, then drains in-flight calls (bounded
@@ -269,6 +295,8 @@ func (a *App) Serve(ctx context.Context, lis net.Listener) error {
 		a.log.Warn("authentication is off: any caller may act as any principal (x-toolsvc-principal metadata); listening on loopback only")
 	}
 	err := a.server.Serve(ctx, lis)
+	// The gRPC server has stopped; Close (deferred) waits for outcomes
+	// still being recorded before it closes the store.
 	a.log.Info("toolsvc stopped")
 	return err
 }

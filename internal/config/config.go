@@ -21,6 +21,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/health"
 	"github.com/toolsvc/toolsvc/internal/idempotency"
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/server"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
@@ -28,10 +29,14 @@ import (
 const (
 	DefaultListen          = "127.0.0.1:50051"
 	DefaultShutdownTimeout = 15 * time.Second
+	DefaultShutdownGrace   = server.DefaultShutdownGrace
 	DefaultApprovalTTL     = time.Hour
 	DefaultPreviewTTL      = 10 * time.Minute
 	DefaultLogLevel        = "info"
 	DefaultLogFormat       = "json"
+	DefaultAuditPageBytes  = server.DefaultAuditPageBytes
+	// DefaultAuditRetention keeps the trail for 90 days.
+	DefaultAuditRetention = 90 * 24 * time.Hour
 )
 
 // Config is the whole configuration of the server. Keys are the mapstructure
@@ -54,6 +59,14 @@ type Config struct {
 	// ShutdownTimeout bounds how long in-flight calls may run after a
 	// shutdown signal.
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
+	// ShutdownGrace is how long, once ShutdownTimeout has passed and the
+	// calls still running were aborted, their outcomes may take to be
+	// recorded and answered before the connections close.
+	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
+	// Server holds the server's limits and its store probe.
+	Server server.Config `mapstructure:"server"`
+	// Audit configures audit pages and retention.
+	Audit AuditConfig `mapstructure:"audit"`
 	// Auth configures authentication.
 	Auth AuthConfig `mapstructure:"auth"`
 	// Principals are development identities: a request naming one of these
@@ -78,6 +91,16 @@ type LogConfig struct {
 	Level string `mapstructure:"level"`
 	// Format is json or text.
 	Format string `mapstructure:"format"`
+}
+
+// AuditConfig configures the audit trail.
+type AuditConfig struct {
+	// PageBytes bounds the encoded events of one ListAuditEvents page (a
+	// page holds at least one event).
+	PageBytes int `mapstructure:"page_bytes"`
+	// Retention is how long events are kept; the reaper deletes older ones.
+	// 0 keeps them forever.
+	Retention time.Duration `mapstructure:"retention"`
 }
 
 // AuthConfig configures authentication.
@@ -108,6 +131,9 @@ func Default() *Config {
 		Listen:          DefaultListen,
 		Log:             LogConfig{Level: DefaultLogLevel, Format: DefaultLogFormat},
 		ShutdownTimeout: DefaultShutdownTimeout,
+		ShutdownGrace:   DefaultShutdownGrace,
+		Server:          server.DefaultConfig(),
+		Audit:           AuditConfig{PageBytes: DefaultAuditPageBytes, Retention: DefaultAuditRetention},
 		Approvals:       TTLConfig{TTL: DefaultApprovalTTL},
 		Previews:        TTLConfig{TTL: DefaultPreviewTTL},
 		Gate:            gate.DefaultConfig(),
@@ -222,6 +248,11 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		p.add("shutdown_timeout", "must be positive, not %s", c.ShutdownTimeout)
 	}
+	if c.ShutdownGrace <= 0 {
+		p.add("shutdown_grace", "must be positive, not %s", c.ShutdownGrace)
+	}
+	p.addErr("server", c.Server.Validate())
+	c.validateAudit(&p)
 	if c.Auth.Enabled {
 		p.add("auth.enabled", "authentication is not built yet; leave it false (the server then accepts connections on loopback only)")
 	}
@@ -246,6 +277,22 @@ func (c *Config) Validate() error {
 		return &Error{Problems: p}
 	}
 	return nil
+}
+
+// auditPageReserve is what a ListAuditEvents response needs besides its
+// events (framing, the page token).
+const auditPageReserve = 64 << 10
+
+func (c *Config) validateAudit(p *problems) {
+	switch maxPage := c.Server.MaxSendMessageBytes - auditPageReserve; {
+	case c.Audit.PageBytes < 16<<10:
+		p.add("audit.page_bytes", "must be at least 16384 (16 KiB), not %d", c.Audit.PageBytes)
+	case c.Audit.PageBytes > maxPage:
+		p.add("audit.page_bytes", "must be at most server.max_send_message_bytes less 64 KiB (%d), not %d", maxPage, c.Audit.PageBytes)
+	}
+	if c.Audit.Retention < 0 {
+		p.add("audit.retention", "must not be negative (0 keeps events forever), not %s", c.Audit.Retention)
+	}
 }
 
 func (c *Config) validateListen(p *problems) {

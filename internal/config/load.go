@@ -28,6 +28,7 @@ const (
 	FlagLogLevel        = "log-level"
 	FlagLogFormat       = "log-format"
 	FlagShutdownTimeout = "shutdown-timeout"
+	FlagShutdownGrace   = "shutdown-grace"
 )
 
 // flagKeys maps flags to the keys they set.
@@ -40,6 +41,7 @@ var flagKeys = map[string]string{
 	FlagLogLevel:        "log.level",
 	FlagLogFormat:       "log.format",
 	FlagShutdownTimeout: "shutdown_timeout",
+	FlagShutdownGrace:   "shutdown_grace",
 }
 
 // RegisterFlags defines the flags of the common keys on fs. Their defaults
@@ -56,6 +58,7 @@ func RegisterFlags(fs *pflag.FlagSet) {
 	fs.String(FlagLogLevel, d.Log.Level, "log level: debug, info, warn or error")
 	fs.String(FlagLogFormat, d.Log.Format, "log format: json or text")
 	fs.Duration(FlagShutdownTimeout, d.ShutdownTimeout, "how long in-flight calls may finish after SIGINT/SIGTERM")
+	fs.Duration(FlagShutdownGrace, d.ShutdownGrace, "after the shutdown timeout, how long the answers of aborted calls have to reach their callers")
 }
 
 // DatabaseURLFlag defines only --database-url on fs (for commands that need

@@ -59,6 +59,9 @@ const (
 	ReasonUnauthenticated      = "UNAUTHENTICATED"
 	ReasonCancelled            = "CANCELLED"
 	ReasonOutcomePending       = "OUTCOME_PENDING"
+	ReasonMessageTooLarge      = "MESSAGE_TOO_LARGE"
+	ReasonResponseTooLarge     = "RESPONSE_TOO_LARGE"
+	ReasonTooManyWatches       = "TOO_MANY_WATCH_STREAMS"
 	ReasonInternal             = "INTERNAL"
 )
 

@@ -2,6 +2,7 @@ package fault
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -204,6 +205,54 @@ func PreviewTokenMismatch(key string, nonePending bool) *Error {
 	}
 	return New(FailedPrecondition, ReasonPreviewTokenMismatch,
 		"preview_token does not match the preview pending for idempotency key %s", q(key))
+}
+
+// MessageTooLarge: the request message is larger than the server accepts
+// (limit, in bytes).
+func MessageTooLarge(size, limit int) *Error {
+	return New(ResourceExhausted, ReasonMessageTooLarge,
+		"the request message is %d bytes, more than the %d bytes this server accepts", size, limit).
+		With("size_bytes", strconv.Itoa(size)).With("limit_bytes", strconv.Itoa(limit))
+}
+
+// ResponseTooLarge: the answer would be larger than the server sends (limit,
+// in bytes). Nothing about the request's effect is implied: a call that ran
+// is recorded, and GetCall or a smaller page may still be read.
+func ResponseTooLarge(size, limit int) *Error {
+	return New(ResourceExhausted, ReasonResponseTooLarge,
+		"the response would be %d bytes, more than the %d bytes this server sends; ask for less (a smaller page)", size, limit).
+		With("size_bytes", strconv.Itoa(size)).With("limit_bytes", strconv.Itoa(limit))
+}
+
+// UndecodableRequest: the request message is not a valid message of its
+// type; field is where (a path such as "context.trace_id", or "" if the
+// wire bytes say no more) and why says what is wrong with it.
+func UndecodableRequest(field, why string) *Error {
+	if field == "" {
+		field = "request"
+	}
+	return &Error{
+		Kind:       InvalidArgument,
+		Reason:     ReasonInvalidRequest,
+		Message:    fmt.Sprintf("the request could not be decoded: %s %s", field, why),
+		Violations: []FieldViolation{{Field: field, Description: why}},
+	}
+}
+
+// TooManyWatches: a watch stream was refused because limit streams are open
+// already, for the principal (perPrincipal) or on the whole server; retry
+// says when trying again makes sense.
+func TooManyWatches(principal string, perPrincipal bool, limit int, retry time.Duration) *Error {
+	var e *Error
+	if perPrincipal {
+		e = New(ResourceExhausted, ReasonTooManyWatches,
+			"principal %s has %d watch streams open, the most allowed per principal; close one, or retry later", q(principal), limit).
+			With("scope", "principal")
+	} else {
+		e = New(ResourceExhausted, ReasonTooManyWatches,
+			"the server has %d watch streams open, the most it allows; retry later", limit).With("scope", "server")
+	}
+	return e.With("limit", strconv.Itoa(limit)).WithRetry(retryOr(retry, time.Second))
 }
 
 // InvalidOperation: a request names an operation the server does not know.

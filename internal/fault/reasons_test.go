@@ -43,6 +43,10 @@ func TestConstructors(t *testing.T) {
 		{PreviewExpired("expired"), FailedPrecondition, ReasonPreviewExpired},
 		{PreviewTokenMismatch(huge, true), FailedPrecondition, ReasonPreviewTokenMismatch},
 		{InvalidOperation("bad"), InvalidArgument, ReasonInvalidRequest},
+		{MessageTooLarge(5<<20, 4<<20), ResourceExhausted, ReasonMessageTooLarge},
+		{ResponseTooLarge(5<<20, 4<<20), ResourceExhausted, ReasonResponseTooLarge},
+		{UndecodableRequest("context.trace_id", "is not valid UTF-8"), InvalidArgument, ReasonInvalidRequest},
+		{TooManyWatches(huge, true, 16, time.Second), ResourceExhausted, ReasonTooManyWatches},
 		{InternalError("bug"), Internal, ReasonInternal},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {

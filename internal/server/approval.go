@@ -122,8 +122,15 @@ func (s *approvalServer) WatchApprovals(req *toolsvcv1.WatchApprovalsRequest, st
 			return err
 		}
 	}
-	ctx, cancel := s.streams.context(stream.Context())
-	defer cancel()
+	p, err := principalFrom(stream.Context())
+	if err != nil {
+		return err
+	}
+	ctx, leave, err := s.streams.join(stream.Context(), p.ID)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	return s.ex.WatchApprovals(ctx, req.GetTool(), func(a *store.Approval) error {
 		pb, err := approvalToProto(a)
 		if err != nil {

@@ -72,8 +72,15 @@ func (s *healthServer) WatchToolHealth(req *toolsvcv1.WatchToolHealthRequest, st
 	if err := v.Err("invalid request"); err != nil {
 		return err
 	}
-	ctx, cancel := s.streams.context(stream.Context())
-	defer cancel()
+	p, err := principalFrom(stream.Context())
+	if err != nil {
+		return err
+	}
+	ctx, leave, err := s.streams.join(stream.Context(), p.ID)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	for h := range s.tracker.Watch(ctx, req.GetTools()) {
 		if err := stream.Send(&toolsvcv1.WatchToolHealthResponse{Health: healthToProto(&h)}); err != nil {
 			return err

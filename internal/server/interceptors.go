@@ -26,7 +26,12 @@ import (
 //  2. logging: one structured line per call, after translating the handler's
 //     error with ToStatus (so the log has the real error and the caller only
 //     the status);
-//  3. principal: establishes the caller (auth.Authenticator) and checks its
+//  3. (unary only) cancelOverdue: the RPCs other than ExecuteTool are
+//     cancelled once the shutdown timeout has passed;
+//  4. limits: answers requests the codec could not decode (too large, not
+//     UTF-8, nested too deep) and responses over the send limit inside the
+//     error contract, auditing the refusals (see limits.go);
+//  5. principal: establishes the caller (auth.Authenticator) and checks its
 //     roles against methodRoles, auditing every refusal; health and
 //     reflection skip it.
 
@@ -129,11 +134,14 @@ func logCall(ctx context.Context, log *slog.Logger, method string, ci *callInfo,
 	return st.Err()
 }
 
-func loggingUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+// The logging interceptors also pass every handler's error to observe
+// (which watches for an unavailable store).
+func loggingUnary(log *slog.Logger, observe func(error)) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		ctx, ci := withCallInfo(ctx)
 		resp, err := handler(ctx, req)
+		observe(err)
 		if err := logCall(ctx, log, info.FullMethod, ci, start, err); err != nil {
 			return nil, err
 		}
@@ -141,11 +149,12 @@ func loggingUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 	}
 }
 
-func loggingStream(log *slog.Logger) grpc.StreamServerInterceptor {
+func loggingStream(log *slog.Logger, observe func(error)) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		start := time.Now()
 		ctx, ci := withCallInfo(ss.Context())
 		err := handler(srv, &contextStream{ServerStream: ss, ctx: ctx})
+		observe(err)
 		return logCall(ctx, log, info.FullMethod, ci, start, err)
 	}
 }
@@ -182,6 +191,24 @@ func (a *authorizer) authorize(ctx context.Context, method string, req any) (con
 		return nil, err
 	}
 	return auth.NewContext(ctx, p), nil
+}
+
+// refuse audits the refusal of a request that could not be decoded, as
+// authorize audits its own refusals. The caller is named if it can be
+// identified (its metadata is readable when its message is not). Health and
+// reflection, which are never audited, are not.
+func (a *authorizer) refuse(ctx context.Context, method string, req any, refusal error) {
+	if publicMethod(method) {
+		return
+	}
+	principal := ""
+	if p, err := a.authn.Authenticate(ctx); err == nil && p != nil {
+		principal = p.ID
+		if ci := callInfoFrom(ctx); ci != nil {
+			ci.setPrincipal(p.ID)
+		}
+	}
+	a.record(ctx, method, req, principal, refusal)
 }
 
 // callRequest is what an ExecuteTool request tells of the call it asks for.

@@ -19,6 +19,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 )
@@ -398,7 +399,8 @@ type PreviewStore interface {
 	GetPreview(ctx context.Context, token string) (*Preview, error)
 }
 
-// AuditStore holds the append-only audit trail.
+// AuditStore holds the audit trail: append-only, except that events past the
+// retention window are deleted (DeleteAuditEventsBefore).
 type AuditStore interface {
 	// AppendAuditEvents appends events in order, assigning Seq (the caller's
 	// Seq is ignored). Every event needs a non-empty ID (ErrInvalid) that no
@@ -417,6 +419,10 @@ type AuditStore interface {
 	// seconds earlier, comfortably longer than a store transaction lasts) and
 	// drop the events it has already seen, by ID.
 	ListAuditEvents(ctx context.Context, f AuditFilter) ([]*AuditEvent, error)
+	// DeleteAuditEventsBefore deletes up to limit events (0: no limit;
+	// negative: ErrInvalid) whose Time is before before, oldest Time first,
+	// and returns how many it deleted. Safe to run on every replica at once.
+	DeleteAuditEventsBefore(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
 // AuditFilter selects audit events. Empty fields do not filter.
@@ -431,6 +437,25 @@ type AuditFilter struct {
 	End       time.Time // Time < End
 	AfterSeq  int64
 	Limit     int
+	// MaxBytes, when positive, ends the list early: after the first event
+	// that brings the events' total AuditEventSize over it (so the list
+	// holds at least one event, and one that goes over tells the caller the
+	// budget was reached). A negative value is ErrInvalid.
+	MaxBytes int
+}
+
+// AuditEventSize is an event's size as MaxBytes counts it: the bytes of its
+// text fields and of its detail's JSON encoding. It is close to the size of
+// the event's API message, a little below it.
+func AuditEventSize(e *AuditEvent) int {
+	n := len(e.ID) + len(e.Type) + len(e.CallID) + len(e.TraceID) + len(e.TaskID) + len(e.StepID) +
+		len(e.Principal) + len(e.Tool) + len(e.Action) + len(e.Decision) + len(e.Outcome)
+	if e.Detail != nil {
+		if b, err := json.Marshal(e.Detail); err == nil {
+			n += len(b)
+		}
+	}
+	return n
 }
 
 // TaskHistoryStore holds the successful calls of each (principal, task).

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,8 @@ func auditTests() []test {
 		{"Filters", testAuditFilters},
 		{"Pagination", testAuditPagination},
 		{"Refused", testAuditRefused},
+		{"MaxBytes", testAuditMaxBytes},
+		{"DeleteBefore", testAuditDeleteBefore},
 	}
 }
 
@@ -197,4 +200,99 @@ func testAuditRefused(t *testing.T, s store.Store) {
 	wantErr(t, "AppendAuditEvents of an existing id", err, store.ErrConflict)
 
 	wantEvents(t, s, store.AuditFilter{}, first)
+}
+
+// testAuditMaxBytes: a byte budget ends a list after the first event that
+// goes over it, so a list holds at least one event and a caller can tell the
+// budget was reached.
+func testAuditMaxBytes(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	var events []store.AuditEvent
+	for i := range 10 {
+		e := newEvent(audit.ToolCallSucceeded, newID())
+		e.Time = at(time.Duration(i) * time.Second)
+		e.Detail = map[string]any{"blob": strings.Repeat("é", 500)} // about 1 KB
+		if i == 6 {
+			e.Detail["blob"] = strings.Repeat("x", 10_000)
+		}
+		events = append(events, e)
+	}
+	noErr(t, "AppendAuditEvents", s.AppendAuditEvents(ctx, events))
+	one := store.AuditEventSize(&events[0])
+	if one < 1000 || one > 1200 {
+		t.Fatalf("AuditEventSize of a 1 KB event: %d", one)
+	}
+	// 2.5 events' worth: the third goes over and ends the list.
+	wantEvents(t, s, store.AuditFilter{MaxBytes: one * 5 / 2}, events[:3]...)
+	// A budget smaller than one event still gives one.
+	wantEvents(t, s, store.AuditFilter{MaxBytes: 1}, events[0])
+	// With Limit, whichever ends the list first.
+	wantEvents(t, s, store.AuditFilter{MaxBytes: one * 5, Limit: 2}, events[:2]...)
+	// Paging by the budget walks the whole trail; the big event comes on
+	// its own page right after one that it ended.
+	all, err := s.ListAuditEvents(ctx, store.AuditFilter{})
+	noErr(t, "ListAuditEvents", err)
+	var got []string
+	var sizes []int
+	f := store.AuditFilter{MaxBytes: one * 5 / 2}
+	for range 20 {
+		page, err := s.ListAuditEvents(ctx, f)
+		noErr(t, "ListAuditEvents page", err)
+		if len(page) == 0 {
+			break
+		}
+		sizes = append(sizes, len(page))
+		for _, e := range page {
+			got = append(got, e.ID)
+		}
+		f.AfterSeq = page[len(page)-1].Seq
+	}
+	same(t, "events paged by bytes", got, eventIDs(events))
+	same(t, "page sizes", sizes, []int{3, 3, 1, 3})
+	if len(all) != len(events) {
+		t.Fatalf("%d events stored", len(all))
+	}
+	_, err = s.ListAuditEvents(ctx, store.AuditFilter{MaxBytes: -1})
+	wantErr(t, "ListAuditEvents with a negative budget", err, store.ErrInvalid)
+}
+
+// testAuditDeleteBefore: events older than a time are deleted oldest first,
+// in batches; the rest of the trail is untouched.
+func testAuditDeleteBefore(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	var events []store.AuditEvent
+	// Times out of Seq order: deletion goes by time.
+	for _, sec := range []int{5, 1, 9, 3, 7, 2, 8} {
+		e := newEvent(audit.ToolCallSucceeded, newID())
+		e.Time = at(time.Duration(sec) * time.Second)
+		events = append(events, e)
+	}
+	noErr(t, "AppendAuditEvents", s.AppendAuditEvents(ctx, events))
+	cutoff := at(6 * time.Second) // 5, 1, 3, 2 are older
+
+	_, err := s.DeleteAuditEventsBefore(ctx, cutoff, -1)
+	wantErr(t, "DeleteAuditEventsBefore with a negative limit", err, store.ErrInvalid)
+
+	n, err := s.DeleteAuditEventsBefore(ctx, cutoff, 2)
+	noErr(t, "DeleteAuditEventsBefore", err)
+	if n != 2 {
+		t.Fatalf("deleted %d, want 2", n)
+	}
+	// The two oldest (1 s and 2 s) went.
+	wantEvents(t, s, store.AuditFilter{}, events[0], events[2], events[3], events[4], events[6])
+	n, err = s.DeleteAuditEventsBefore(ctx, cutoff, 0)
+	noErr(t, "DeleteAuditEventsBefore", err)
+	if n != 2 {
+		t.Fatalf("deleted %d, want 2", n)
+	}
+	wantEvents(t, s, store.AuditFilter{}, events[2], events[4], events[6])
+	n, err = s.DeleteAuditEventsBefore(ctx, cutoff, 0)
+	noErr(t, "DeleteAuditEventsBefore", err)
+	if n != 0 {
+		t.Fatalf("deleted %d more", n)
+	}
+	// A deleted event's id is free again, as a stored one's is not.
+	again := events[1]
+	noErr(t, "AppendAuditEvents of a deleted id", s.AppendAuditEvents(ctx, []store.AuditEvent{again}))
+	wantEvents(t, s, store.AuditFilter{}, events[2], events[4], events[6], again)
 }
