@@ -89,10 +89,16 @@ func TestRegisterCreateUpdateNoop(t *testing.T) {
 	}
 	checkEvent(t, evs[0], audit.ToolRegistered, "alice", "echo", 1, store.SourceAPI)
 
-	// The same definition again (the stored one reordered and respaced):
-	// nothing changes.
+	// The stored schema is the registered document, compacted, keys in the
+	// order given.
+	if want := `{"type":"object","properties":{"text":{"type":"string","minLength":1},"count":{"type":"integer","minimum":1},"colours":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"}}}}},"required":["text"]}`; string(got.Actions[0].InputSchema) != want {
+		t.Fatalf("stored schema\n got %s\nwant %s", got.Actions[0].InputSchema, want)
+	}
+
+	// The same definition again (respaced): nothing changes.
 	same := goodTool()
-	same.Actions[0].InputSchema = []byte(` {"required":["text"], "type":"object","properties":{"count":{"minimum":1,"type":"integer"},"text":{"minLength":1,"type":"string"},"colours":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"}}}}}}`)
+	same.Actions[0].InputSchema = []byte(` {"type":"object" ,"properties":{"text":{"type":"string","minLength":1},
+		"count":{"type":"integer","minimum":1},"colours":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"}}}}},"required":["text"]}`)
 	same.Timeout = DefaultTimeout
 	got, created, err = r.Register(ctx, RegisterParams{Tool: same, Actor: "bob"})
 	if err != nil {
@@ -131,6 +137,19 @@ func TestRegisterCreateUpdateNoop(t *testing.T) {
 	g.Actions[0].Name = "mutated"
 	if e, _ := r.Lookup("echo"); e.Tool.Actions[0].Name != "say" {
 		t.Fatal("Get returned the cached tool itself")
+	}
+
+	// A reordered schema is a change too: the order of properties is what the model
+	// is shown, and what agents compare.
+	reordered := goodTool()
+	reordered.Description = changed.Description
+	reordered.Actions[0].InputSchema = []byte(`{"required":["text"],"type":"object","properties":{"count":{"minimum":1,"type":"integer"},"text":{"minLength":1,"type":"string"},"colours":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"}}}}}}`)
+	got, _, err = r.Register(ctx, RegisterParams{Tool: reordered, Actor: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Version != 3 || string(got.Actions[0].InputSchema) != string(reordered.Actions[0].InputSchema) {
+		t.Fatalf("reordered: version %d schema %s", got.Version, got.Actions[0].InputSchema)
 	}
 }
 

@@ -55,7 +55,9 @@ type Store interface {
 
 // ToolStore holds tool definitions. Creating a tool also creates its HEALTHY
 // health record; deleting it deletes that record. Every change notifies
-// TopicTools with the tool's name.
+// TopicTools with the tool's name. A tool's JSON documents (schemas,
+// examples) are kept as given, compacted: keys in their order, characters
+// unescaped, so that every read returns the same bytes.
 type ToolStore interface {
 	// CreateTool inserts t with Version 1 and CreatedAt = UpdatedAt = p.Now.
 	// ErrConflict if a tool with the name exists.

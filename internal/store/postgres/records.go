@@ -142,12 +142,17 @@ const toolColumns = `name, version, source, definition, created_at, updated_at`
 
 // toolDefinition is the stored definition: the whole tool as JSON. The
 // store-managed fields in it are overwritten from their columns when read.
+// The tool's JSON documents (schemas, examples) are embedded as they are:
+// json.Marshal would escape <, > and & in them, and they must come back
+// byte for byte as given (the memory store keeps them so).
 func toolDefinition(t *store.Tool) (string, error) {
-	b, err := json.Marshal(t)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(t); err != nil {
 		return "", fmt.Errorf("%w: encode tool %q: %w", store.ErrInvalid, t.Name, err)
 	}
-	return string(b), nil
+	return strings.TrimSuffix(buf.String(), "\n"), nil
 }
 
 func scanTool(row pgx.Row) (*store.Tool, error) {

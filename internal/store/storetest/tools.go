@@ -23,6 +23,7 @@ func toolTests() []test {
 		{"ListPagination", testListToolsPagination},
 		{"ListSource", testListToolsSource},
 		{"RecordsAreCopies", testToolCopies},
+		{"DocumentBytes", testToolDocumentBytes},
 	}
 }
 
@@ -270,4 +271,52 @@ func toolNamesOf(tools []*store.Tool) []string {
 		out[i] = t.Name
 	}
 	return out
+}
+
+// testToolDocumentBytes: schemas and examples come back as given, compacted,
+// byte for byte: keys in the order given (not sorted), <, > and & and
+// non-ASCII characters unescaped, escapes the caller wrote kept.
+func testToolDocumentBytes(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	in := newTool("files")
+	in.Actions[0].InputSchema = json.RawMessage(`{ "type": "object",
+		"properties": {"zeta": {"type": "string", "description": "a < b && c > d, café ☃"},
+			"alpha": {"type": "integer", "pattern": "\\u00e9\u00e9"}},
+		"required": ["zeta"] }`)
+	in.Actions[0].OutputSchema = json.RawMessage(`{"z":1,"a":[3,2,1],"m":{"y":null,"b":true}}`)
+	in.Actions[0].Examples[0].Input = json.RawMessage(` {"path": "/a<b>&c", "k": 1.50} `)
+	in.Actions[0].Examples[0].Output = json.RawMessage(`"just a string"`)
+	want := [4]string{
+		`{"type":"object","properties":{"zeta":{"type":"string","description":"a < b && c > d, café ☃"},"alpha":{"type":"integer","pattern":"\\u00e9\u00e9"}},"required":["zeta"]}`,
+		`{"z":1,"a":[3,2,1],"m":{"y":null,"b":true}}`,
+		`{"path":"/a<b>&c","k":1.50}`,
+		`"just a string"`,
+	}
+	check := func(what string, got *store.Tool) {
+		t.Helper()
+		a := got.Actions[0]
+		have := [4]string{string(a.InputSchema), string(a.OutputSchema), string(a.Examples[0].Input), string(a.Examples[0].Output)}
+		for i := range want {
+			if have[i] != want[i] {
+				t.Fatalf("%s: document %d\n got  %s\n want %s", what, i, have[i], want[i])
+			}
+		}
+	}
+	created, err := s.CreateTool(ctx, store.CreateToolParams{Tool: in, Now: at(0)})
+	noErr(t, "CreateTool", err)
+	check("created", created)
+	for i := range 3 {
+		got, err := s.GetTool(ctx, "files")
+		noErr(t, "GetTool", err)
+		check("read "+itoa(i), got)
+	}
+	listed, err := s.ListTools(ctx, store.ListToolsParams{})
+	noErr(t, "ListTools", err)
+	check("listed", listed[0])
+	upd := newTool("files")
+	upd.Actions[0] = in.Actions[0]
+	upd.Description = "v2"
+	updated, err := s.UpdateTool(ctx, store.UpdateToolParams{Tool: upd, ExpectedVersion: 1, Now: at(time.Minute)})
+	noErr(t, "UpdateTool", err)
+	check("updated", updated)
 }
