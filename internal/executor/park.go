@@ -143,8 +143,7 @@ func (e *Executor) newRecord(c *call, state store.CallState, now time.Time) *sto
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(e.idem.Retention),
 	}
 	if state == store.CallInProgress {
-		rec.AttemptCount = 1
-		rec.LeaseExpiresAt = now.Add(e.idem.Lease)
+		rec.AttemptCount = 1 // the store sets the lease (ClaimCallParams.Lease)
 	}
 	return rec
 }

@@ -61,7 +61,7 @@ func (e *Executor) run(ctx context.Context, c *call) (*Response, error) {
 	var rec *store.Call
 	if c.parked != nil {
 		p := store.StartParkedCallParams{
-			CallID: c.parked.ID, Now: now, LeaseExpiresAt: now.Add(e.idem.Lease),
+			CallID: c.parked.ID, Now: now, Lease: e.idem.Lease,
 			Risk: c.risk, Decision: c.decision, Events: events,
 		}
 		if c.approval != nil {
@@ -86,7 +86,7 @@ func (e *Executor) run(ctx context.Context, c *call) (*Response, error) {
 	} else {
 		var claimed bool
 		rec, claimed, err = e.st.ClaimCall(ctx, store.ClaimCallParams{
-			Call: e.newRecord(c, store.CallInProgress, now), Events: events,
+			Call: e.newRecord(c, store.CallInProgress, now), Lease: e.idem.Lease, Events: events,
 		})
 		if err != nil {
 			return nil, storeFault(err)

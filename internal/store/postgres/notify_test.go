@@ -255,7 +255,7 @@ func TestOpenAndSubscribeWhenUnreachable(t *testing.T) {
 	}
 	if _, _, err := s.ClaimCall(ctx, store.ClaimCallParams{Call: &store.Call{
 		ID: "c", PrincipalID: "p", IdempotencyKey: "k", State: store.CallInProgress, AttemptCount: 1,
-	}}); !errors.Is(err, store.ErrUnavailable) {
+	}, Lease: time.Minute}); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("ClaimCall = %v, want ErrUnavailable", err)
 	}
 }
