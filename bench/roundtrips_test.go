@@ -127,7 +127,7 @@ func TestPostgresStoreRoundTrips(t *testing.T) {
 	defer st.Close()
 
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	if _, err := st.CreateTool(ctx, store.CreateToolParams{Tool: &store.Tool{Name: "files"}, Now: now}); err != nil {
+	if _, err := st.CreateTool(ctx, store.CreateToolParams{Tool: &store.Tool{Name: "files", Incarnation: "inc-files"}, Now: now}); err != nil {
 		t.Fatal(err)
 	}
 	seq := 0

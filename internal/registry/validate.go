@@ -55,7 +55,7 @@ type checker struct {
 // empty lists nil, output-only fields cleared.
 func normalize(t *store.Tool) *store.Tool {
 	n := cloneTool(t)
-	n.Version, n.CreatedAt, n.UpdatedAt = 0, time.Time{}, time.Time{}
+	n.Version, n.CreatedAt, n.UpdatedAt, n.Incarnation = 0, time.Time{}, time.Time{}, ""
 	n.Description = strings.TrimSpace(n.Description)
 	if n.ProviderType == "" {
 		n.ProviderType = store.ProviderNative

@@ -68,16 +68,23 @@ type Store interface {
 // unescaped, so that every read returns the same bytes.
 type ToolStore interface {
 	// CreateTool inserts t with Version 1 and CreatedAt = UpdatedAt = p.Now.
-	// ErrConflict if a tool with the name exists.
+	// t.Incarnation, a new unique id, is required (ErrInvalid). ErrConflict if
+	// a tool with the name exists.
 	CreateTool(ctx context.Context, p CreateToolParams) (*Tool, error)
 	// UpdateTool replaces the definition of an existing tool whose version is
 	// p.ExpectedVersion, storing it with version ExpectedVersion+1 and
-	// UpdatedAt = p.Now (CreatedAt kept). ErrNotFound if there is no such
-	// tool; ErrConflict if its version differs.
+	// UpdatedAt = p.Now (CreatedAt and Incarnation kept). ErrNotFound if there
+	// is no such tool; ErrConflict if its version differs.
 	UpdateTool(ctx context.Context, p UpdateToolParams) (*Tool, error)
 	// DeleteTool removes a tool (and its health record) and returns it as it
-	// was. ErrNotFound; ErrConflict if p.ExpectedVersion is non-zero and
-	// differs.
+	// was. What waits for the tool goes with it, in the same transaction:
+	// every PENDING or APPROVED approval of the tool's name becomes
+	// INVALIDATED (p.ApprovalEventsFor appended for each, TopicApprovals
+	// notified) and every PENDING preview EXPIRED (p.PreviewEventsFor), and
+	// their parked calls become RELEASED (UpdatedAt p.Now, ExpiresAt kept). A
+	// tool registered again under the name is a new incarnation that none of
+	// them may run. ErrNotFound; ErrConflict if p.ExpectedVersion is non-zero
+	// and differs.
 	DeleteTool(ctx context.Context, p DeleteToolParams) (*Tool, error)
 	// GetTool returns a tool by name, or ErrNotFound.
 	GetTool(ctx context.Context, name string) (*Tool, error)
@@ -105,7 +112,16 @@ type UpdateToolParams struct {
 type DeleteToolParams struct {
 	Name            string
 	ExpectedVersion int64 // 0: any
+	Now             time.Time
 	Events          []AuditEvent
+	// ApprovalEventsFor returns the events of an approval the deletion
+	// invalidates, given as stored (INVALIDATED; ResolvedAt is set if it had
+	// been approved); nil: no events. Like the sweeps' event functions it
+	// may be called more than once per record.
+	ApprovalEventsFor func(*Approval) []AuditEvent
+	// PreviewEventsFor returns the events of a preview the deletion expires;
+	// nil: no events.
+	PreviewEventsFor func(*Preview) []AuditEvent
 }
 
 // ListToolsParams are ListTools' inputs.

@@ -61,10 +61,10 @@ var claimCallSQL = `INSERT INTO calls (` + callColumns + `)
 	RETURNING ` + callColumns
 
 const insertApprovalSQL = `INSERT INTO approvals (` + approvalColumns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`
 
 const insertPreviewSQL = `INSERT INTO previews (` + previewColumns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
 
 // ClaimCall implements store.CallStore.
 //

@@ -38,7 +38,7 @@ func testTool(name string) *store.Tool {
 	return &store.Tool{
 		Name: name, Description: "test tool " + name, ConnectorID: "c", ProviderType: store.ProviderNative,
 		DefaultRisk: toolkit.RiskLow, Actions: []store.Action{{Name: "run", Description: "run it"}},
-		Source: store.SourceAPI,
+		Source: store.SourceAPI, Incarnation: "inc-" + name,
 	}
 }
 

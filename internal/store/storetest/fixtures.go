@@ -57,9 +57,13 @@ func newTool(name string) *store.Tool {
 			{SequentialDependency: &store.SequentialDependency{Action: "write", Requires: []string{"read", "ci.build"}}},
 		},
 		AuditPayloads: true,
+		Incarnation:   incarnationOf(name),
 		Source:        store.SourceAPI,
 	}
 }
+
+// incarnationOf is the incarnation of newTool(name).
+func incarnationOf(name string) string { return "inc-" + name }
 
 // newEvent returns an audit event of the given type about a call.
 func newEvent(typ, callID string) store.AuditEvent {
@@ -140,6 +144,8 @@ func newApproval(c *store.Call) *store.Approval {
 		State:          store.ApprovalPending,
 		CreatedAt:      at(0),
 		ExpiresAt:      at(time.Hour),
+
+		ToolIncarnation: incarnationOf(c.Tool),
 	}
 }
 
@@ -159,6 +165,8 @@ func newPreview(c *store.Call) *store.Preview {
 		State:          store.PreviewPending,
 		CreatedAt:      at(0),
 		ExpiresAt:      at(10 * time.Minute),
+
+		ToolIncarnation: incarnationOf(c.Tool),
 	}
 }
 
