@@ -137,7 +137,7 @@ func TestRejectsInvalidJSON(t *testing.T) {
 	_, _, err := s.ClaimCall(t.Context(), store.ClaimCallParams{Call: &store.Call{
 		ID: "c", PrincipalID: "p", IdempotencyKey: "k", State: store.CallInProgress, AttemptCount: 1,
 		Result: &store.Result{Value: json.RawMessage(`{"a":`)},
-	}})
+	}, Lease: time.Minute})
 	if !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("ClaimCall with invalid JSON: %v", err)
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/store/postgres/pgtest"
 )
 
-// TestMigrationToolIncarnation: migration 0003 gives every existing tool an
+// TestMigrationToolIncarnation: migration 0004 gives every existing tool an
 // incarnation, and gives an existing approval or preview its tool's
 // incarnation only if it was made after that tool was created: one made
 // before belongs to an earlier tool of the same name (deregistered since)

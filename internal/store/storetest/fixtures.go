@@ -114,6 +114,7 @@ func newCall(principal, key string, state store.CallState) *store.Call {
 		// compared for having one (normCall), and lease tests check its
 		// value.
 		c.LeaseExpiresAt = at(time.Minute)
+		c.ClaimToken = "claim-" + newID()
 	case store.CallAwaitingApproval:
 		c.ApprovalID = newID()
 		c.Risk = toolkit.RiskHigh
