@@ -451,8 +451,13 @@ func testDeleteToolGivesUpWhatWaits(t *testing.T, s store.Store) {
 		want := *before
 		want.State = store.ApprovalInvalidated
 		wantApproval(t, "invalidated approval", getApproval(t, s, id), &want)
-		waitFor(t, ch, store.Notification{Topic: store.TopicApprovals, Key: id})
 	}
+	// Each invalidated approval notifies, in any order.
+	var wants []store.Notification
+	for id := range beforeApproval {
+		wants = append(wants, store.Notification{Topic: store.TopicApprovals, Key: id})
+	}
+	waitForAll(t, ch, wants...)
 	pv := newPreview(previewed)
 	pv.State = store.PreviewExpired
 	wantPreview(t, "expired preview", getPreview(t, s, previewed.PreviewToken), pv)
