@@ -44,7 +44,7 @@ func BenchmarkPostgresStore(b *testing.B) {
 				Fingerprint: "fp", Tool: "echo", Action: "echo", State: store.CallInProgress, AttemptCount: 1,
 				LeaseExpiresAt: now.Add(time.Minute), CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
 			}
-			if _, ok, err := st.ClaimCall(ctx, store.ClaimCallParams{Call: c, Events: event(audit.ToolCallAttempted, c.ID)}); err != nil || !ok {
+			if _, ok, err := st.ClaimCall(ctx, store.ClaimCallParams{Call: c, Lease: time.Minute, Events: event(audit.ToolCallAttempted, c.ID)}); err != nil || !ok {
 				return fmt.Errorf("ClaimCall: claimed %v, %v", ok, err)
 			}
 			_, err := st.FinishCall(ctx, store.FinishCallParams{

@@ -329,7 +329,7 @@ func TestToolsCommands(t *testing.T) {
 		t.Fatalf("--limit 2 printed %d rows:\n%s", rows, out)
 	}
 	out, _ = expect(t, exitOK, addr, "tools", "get", "notes")
-	mustContain(t, "tools get", out, "Name:", "notes", "Scopes:", "read before write", "write  risk HIGH", "arguments: content (string, required), path (string, required)")
+	mustContain(t, "tools get", out, "Name:", "notes", "Scopes:", "read before write", "write  risk HIGH", "arguments: path (string, required), content (string, required)")
 	_, stderr := expect(t, exitRPC, addr, "tools", "get", "nope")
 	mustContain(t, "unknown tool", stderr, "NotFound", "TOOL_NOT_FOUND")
 

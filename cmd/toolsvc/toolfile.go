@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,7 +75,85 @@ func parseToolDoc(data []byte) (*toolsvcv1.Tool, []string) {
 		// belongs); protojson names the field.
 		return nil, []string{strings.TrimPrefix(err.Error(), "proto: ")}
 	}
+	keepDocumentOrder(data, tool)
 	return tool, nil
+}
+
+// keepDocumentOrder sets the text form of each schema and example the file
+// gives (input_schema_json and the like) from the file itself, with its keys
+// in the order written: a Struct has no order, and the server stores what it
+// is sent. Best effort: a document whose text cannot be found, or would not
+// be the same as its Struct, is sent as the Struct alone.
+func keepDocumentOrder(data []byte, tool *toolsvcv1.Tool) {
+	var root yaml.Node // JSON is YAML too: one walk for both
+	if yaml.Unmarshal(data, &root) != nil || len(root.Content) == 0 {
+		return
+	}
+	node := root.Content[0]
+	if items := mappingValue(node, "tools"); items != nil {
+		if items.Kind != yaml.SequenceNode || len(items.Content) != 1 {
+			return
+		}
+		node = items.Content[0]
+	} else if inner := mappingValue(node, "tool"); inner != nil {
+		node = inner
+	}
+	actions := mappingValue(node, "actions")
+	if actions == nil || actions.Kind != yaml.SequenceNode || len(actions.Content) != len(tool.GetActions()) {
+		return
+	}
+	for i, a := range tool.GetActions() {
+		an := actions.Content[i]
+		if a.GetInputSchemaJson() == "" && a.GetInputSchema() != nil {
+			a.InputSchemaJson = orderedText(mappingValue(an, "input_schema", "inputSchema"), a.GetInputSchema().AsMap())
+		}
+		if a.GetOutputSchemaJson() == "" && a.GetOutputSchema() != nil {
+			a.OutputSchemaJson = orderedText(mappingValue(an, "output_schema", "outputSchema"), a.GetOutputSchema().AsMap())
+		}
+		examples := mappingValue(an, "examples")
+		if examples == nil || examples.Kind != yaml.SequenceNode || len(examples.Content) != len(a.GetExamples()) {
+			continue
+		}
+		for j, ex := range a.GetExamples() {
+			en := examples.Content[j]
+			if ex.GetInputJson() == "" && ex.GetInput() != nil {
+				ex.InputJson = orderedText(mappingValue(en, "input"), ex.GetInput().AsMap())
+			}
+			if ex.GetOutputJson() == "" && ex.GetOutput() != nil {
+				ex.OutputJson = orderedText(mappingValue(en, "output"), ex.GetOutput().AsInterface())
+			}
+		}
+	}
+}
+
+// mappingValue returns the value of the first of keys in mapping n, or nil.
+func mappingValue(n *yaml.Node, keys ...string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if slices.Contains(keys, n.Content[i].Value) {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// orderedText is n as JSON text with its keys in the order written, if that
+// is the same document as want; "" otherwise.
+func orderedText(n *yaml.Node, want any) string {
+	if n == nil {
+		return ""
+	}
+	text, err := yamlvalue.JSON(n)
+	if err != nil || text == nil {
+		return ""
+	}
+	var got any
+	if json.Unmarshal(text, &got) != nil || !reflect.DeepEqual(got, want) {
+		return ""
+	}
+	return string(text)
 }
 
 // unwrapTool finds the tool in a document: the tools file's single entry,

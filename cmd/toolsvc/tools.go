@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -213,7 +215,7 @@ func printTool(w io.Writer, t *toolsvcv1.Tool) error {
 		}
 		fmt.Fprintf(w, "  %s  risk %s\n", a.GetName(), risk)
 		fmt.Fprintf(w, "    %s\n", a.GetDescription())
-		fmt.Fprintf(w, "    arguments: %s\n", schemaSummary(a.GetInputSchema()))
+		fmt.Fprintf(w, "    arguments: %s\n", schemaSummary(a.GetInputSchema(), a.GetInputSchemaJson()))
 		if r := a.GetResourceArgument(); r != "" {
 			fmt.Fprintf(w, "    resource: %s\n", r)
 		}
@@ -237,9 +239,10 @@ func policyText(p *toolsvcv1.Policy) string {
 	return "unknown policy"
 }
 
-// schemaSummary lists an input schema's properties for a person:
-// "message (string, required), uppercase (boolean)".
-func schemaSummary(s *structpb.Struct) string {
+// schemaSummary lists an input schema's properties for a person, in the
+// order they were registered (from the schema's text; by name if there is
+// none): "message (string, required), uppercase (boolean)".
+func schemaSummary(s *structpb.Struct, text string) string {
 	if s == nil {
 		return "none"
 	}
@@ -251,11 +254,10 @@ func schemaSummary(s *structpb.Struct) string {
 	for _, r := range s.GetFields()["required"].GetListValue().GetValues() {
 		required[r.GetStringValue()] = true
 	}
-	var names []string
-	for n := range props {
-		names = append(names, n)
+	names := propertyOrder(text)
+	if len(names) != len(props) {
+		names = slices.Sorted(maps.Keys(props))
 	}
-	slices.Sort(names)
 	var out []string
 	for _, n := range names {
 		var attrs []string
@@ -280,4 +282,39 @@ func schemaSummary(s *structpb.Struct) string {
 		out = append(out, n)
 	}
 	return strings.Join(out, ", ")
+}
+
+// propertyOrder returns the keys of the root "properties" object of a
+// schema's JSON text in the order written; nil if it cannot tell.
+func propertyOrder(text string) []string {
+	dec := json.NewDecoder(strings.NewReader(text))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	var skip json.RawMessage
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		if key != "properties" {
+			if dec.Decode(&skip) != nil {
+				return nil
+			}
+			continue
+		}
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+			return nil
+		}
+		var names []string
+		for dec.More() {
+			name, err := dec.Token()
+			if err != nil || dec.Decode(&skip) != nil {
+				return nil
+			}
+			names = append(names, fmt.Sprint(name))
+		}
+		return names
+	}
+	return nil
 }

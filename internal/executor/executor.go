@@ -264,6 +264,7 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 
 	// 4. Idempotency lookup, before the gate so a retry of a completed or
 	// parked call never meets the gate twice.
+	fresh := true
 	if c.keyGiven {
 		existing, err := e.st.GetCallByKey(ctx, p.ID, c.key)
 		switch {
@@ -271,11 +272,17 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 		case err != nil:
 			return nil, e.storeErr(ctx, c, err)
 		default:
+			fresh = false
 			resp, goOn, err := e.resume(ctx, c, existing)
 			if !goOn {
 				return resp, err
 			}
 		}
+	}
+	// A new key has no approval: any approval_id is another call's (resume
+	// checks the others).
+	if fresh && c.req.ApprovalID != "" {
+		return nil, e.reject(ctx, c, fault.ForeignApproval(c.req.ApprovalID, "", c.key))
 	}
 	// Health refusals (DESIGN §2 step 2) apply to calls that will reach the
 	// tool. They are checked after the idempotency lookup, not before: a
@@ -373,8 +380,28 @@ func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
 	}
 
 	switch {
+	case c.approval != nil && c.risk > c.approval.Risk:
+		// Risk rose above what was approved (an adjuster saw something new):
+		// the approval does not cover it. Give it up, with its event, and
+		// park the key behind a new approval at the present risk.
+		old := c.approval
+		wctx, cancel := detached(ctx)
+		_, err := e.st.ReleaseParkedCall(wctx, store.ReleaseParkedCallParams{
+			CallID: c.parked.ID, From: store.CallAwaitingApproval, ApprovalState: store.ApprovalInvalidated,
+			Now: now, ExpiresAt: now.Add(e.idem.Retention),
+			Events: []store.AuditEvent{e.event(c, audit.ApprovalInvalidated, "", withAdjusters(c, map[string]any{
+				"approval_id": old.ID, "reason": "risk_rose", "approved_risk": old.Risk.String(), "risk": c.risk.String(),
+			}))},
+		})
+		cancel()
+		if err != nil && !errors.Is(err, store.ErrConflict) {
+			return nil, e.storeErr(ctx, c, err)
+		}
+		c.approval, c.parked = nil, nil
+		return e.parkForApproval(ctx, c, "replaces_approval_id", old.ID, "approved_risk", old.Risk.String())
 	case c.approval != nil:
-		// An approved approval covers whatever the gate asks short of DENY.
+		// An approved approval covers whatever the gate asks short of DENY,
+		// at the risk it was given for or below.
 		return e.run(ctx, c)
 	case c.preview != nil && c.decision != store.DecisionConfirm:
 		return e.run(ctx, c)

@@ -94,7 +94,7 @@ func (e *Executor) reserve(ctx context.Context, c *call, token string, now time.
 	defer cancel()
 	if c.parked != nil {
 		p := store.StartParkedCallParams{
-			CallID: c.parked.ID, Now: now, LeaseExpiresAt: now.Add(e.idem.Lease),
+			CallID: c.parked.ID, Now: now, Lease: e.idem.Lease,
 			Risk: c.risk, Decision: c.decision, ClaimToken: token, Events: events,
 		}
 		if c.approval != nil {
@@ -117,7 +117,7 @@ func (e *Executor) reserve(ctx context.Context, c *call, token string, now time.
 		var claimed bool
 		r := e.newRecord(c, store.CallInProgress, now)
 		r.ClaimToken = token
-		rec, claimed, err = e.st.ClaimCall(wctx, store.ClaimCallParams{Call: r, Events: events})
+		rec, claimed, err = e.st.ClaimCall(wctx, store.ClaimCallParams{Call: r, Lease: e.idem.Lease, Events: events})
 		if err == nil && !claimed {
 			return nil, rec, nil
 		}

@@ -175,7 +175,7 @@ func ForeignApproval(given, own, key string) *Error {
 			"approval %s does not belong to this call (no approval was requested under idempotency key %s)", q(given), q(key))
 	}
 	return New(FailedPrecondition, ReasonApprovalInvalidated,
-		"approval %s does not belong to this call (idempotency key %s is waiting for approval %s)", q(given), q(key), q(own)).
+		"approval %s does not belong to this call (the call under idempotency key %s has approval %s)", q(given), q(key), q(own)).
 		With("approval_id", own)
 }
 

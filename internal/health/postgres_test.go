@@ -30,7 +30,7 @@ func TestPostgresReplicas(t *testing.T) {
 	clk := newClock()
 	cfg := DefaultConfig()
 	if _, err := stA.CreateTool(ctx, store.CreateToolParams{
-		Tool: &store.Tool{Name: "flaky", Description: "test tool", ProviderType: store.ProviderNative, Source: store.SourceAPI},
+		Tool: &store.Tool{Name: "flaky", Description: "test tool", ProviderType: store.ProviderNative, Source: store.SourceAPI, Incarnation: "inc-flaky"},
 		Now:  clk.Now(),
 	}); err != nil {
 		t.Fatal(err)

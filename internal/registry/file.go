@@ -345,12 +345,8 @@ func nodeJSON(n *yaml.Node, field string, bad func(string, int, string, ...any))
 	if n.Kind == 0 {
 		return nil
 	}
-	v, err := yamlvalue.FromNode(n)
-	if err != nil {
-		bad(field, n.Line, "%v", err)
-		return nil
-	}
-	b, err := json.Marshal(v)
+	// Keys in the order written: the stored document is what agents get.
+	b, err := yamlvalue.JSON(n)
 	if err != nil {
 		bad(field, n.Line, "%v", err)
 		return nil

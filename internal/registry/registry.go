@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/store"
@@ -262,8 +264,9 @@ func (r *Registry) reloadAll(ctx context.Context) error {
 // one taken after its commit (writeTicket). A read that started later sees
 // at least every commit that finished before it started, so a change is
 // applied only if no change with a later ticket was applied to that tool
-// already: an older read that finishes last never overwrites newer data. Within one incarnation of a tool (same CreatedAt)
-// versions only grow, so there the version decides instead, which keeps
+// already: an older read that finishes last never overwrites newer data.
+// Within one incarnation of a tool versions only grow, so there the version
+// decides instead, which keeps
 // concurrent writers on this replica from installing each other's older
 // versions. Either way, every commit is followed by a notification whose
 // reload takes a ticket after the commit, so the cache converges on what the
@@ -279,7 +282,7 @@ func (r *Registry) apply(ticket uint64, changes map[string]*Entry) {
 	changed := false
 	for name, e := range changes {
 		old, cached := cur[name]
-		if cached && e != nil && old.Tool.CreatedAt.Equal(e.Tool.CreatedAt) {
+		if cached && e != nil && old.Tool.Incarnation == e.Tool.Incarnation {
 			r.applied[name] = max(r.applied[name], ticket)
 			if e.Tool.Version <= old.Tool.Version {
 				continue
@@ -426,8 +429,12 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 				return wouldStore(prep.tool, 1, time.Time{}, r.now()), true, nil
 			}
 			now := r.now()
+			// A new tool, even under a name used before: a new incarnation,
+			// which no earlier approval or preview was given for.
+			def := cloneTool(prep.tool)
+			def.Incarnation = newIncarnation()
 			t, err := r.store.CreateTool(ctx, store.CreateToolParams{
-				Tool:   cloneTool(prep.tool),
+				Tool:   def,
 				Now:    now,
 				Events: []store.AuditEvent{toolEvent(audit.ToolRegistered, now, p.Actor, name, 1, p.Source)},
 			})
@@ -503,10 +510,21 @@ func (r *Registry) Deregister(ctx context.Context, name string, expectedVersion 
 		if expectedVersion != 0 && cur.Version != expectedVersion {
 			return nil, fault.VersionConflict(name, expectedVersion, cur.Version)
 		}
+		now := r.now()
 		t, err := r.store.DeleteTool(ctx, store.DeleteToolParams{
 			Name:            name,
 			ExpectedVersion: cur.Version,
-			Events:          []store.AuditEvent{toolEvent(audit.ToolDeregistered, r.now(), actor, name, cur.Version, cur.Source)},
+			Now:             now,
+			Events:          []store.AuditEvent{toolEvent(audit.ToolDeregistered, now, actor, name, cur.Version, cur.Source)},
+			// What waits for the tool dies with it: a tool registered again
+			// under the name is another tool, and an approver must not be
+			// shown an approval that can never run.
+			ApprovalEventsFor: func(a *store.Approval) []store.AuditEvent {
+				return []store.AuditEvent{approvalInvalidatedEvent(a, now, actor)}
+			},
+			PreviewEventsFor: func(pv *store.Preview) []store.AuditEvent {
+				return []store.AuditEvent{previewExpiredEvent(pv, now, actor)}
+			},
 		})
 		switch {
 		case errors.Is(err, store.ErrNotFound):
@@ -633,6 +651,37 @@ func sortReport(rep SyncReport) SyncReport {
 		sort.Strings(l)
 	}
 	return rep
+}
+
+// newIncarnation returns a tool incarnation: random, never reused.
+func newIncarnation() string { return uuid.NewString() }
+
+// approvalInvalidatedEvent is the approval.invalidated event of an approval
+// whose tool was deregistered (by actor). The store hands it over as stored:
+// INVALIDATED, with ResolvedAt if an approver had approved it.
+func approvalInvalidatedEvent(a *store.Approval, now time.Time, actor string) store.AuditEvent {
+	was := store.ApprovalPending
+	if !a.ResolvedAt.IsZero() {
+		was = store.ApprovalApproved
+	}
+	return audit.New(audit.ApprovalInvalidated, store.AuditEvent{
+		Time: now, CallID: a.CallID, TraceID: a.TraceID, TaskID: a.TaskID, StepID: a.StepID,
+		Principal: a.Requester, Tool: a.Tool, Action: a.Action, Risk: a.Risk, Decision: store.DecisionConfirm,
+		Detail: map[string]any{
+			"approval_id": a.ID, "reason": "tool_deregistered", "was": string(was),
+			"approved_version": a.ToolVersion, "deregistered_by": actor,
+		},
+	})
+}
+
+// previewExpiredEvent is the preview.expired event of a preview whose tool
+// was deregistered (by actor). The token stays out of the trail.
+func previewExpiredEvent(p *store.Preview, now time.Time, actor string) store.AuditEvent {
+	return audit.New(audit.PreviewExpired, store.AuditEvent{
+		Time: now, CallID: p.CallID, Principal: p.PrincipalID, Tool: p.Tool, Action: p.Action,
+		Decision: store.DecisionPreview,
+		Detail:   map[string]any{"reason": "tool_deregistered", "preview_version": p.ToolVersion, "deregistered_by": actor},
+	})
 }
 
 // toolEvent builds a tool.* audit event.

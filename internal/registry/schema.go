@@ -2,7 +2,6 @@ package registry
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -192,22 +191,4 @@ func schemaProperties(doc any) map[string]any {
 	}
 	props, _ := obj["properties"].(map[string]any)
 	return props
-}
-
-// canonicalJSON re-encodes a JSON document with sorted keys and no
-// insignificant space, so that documents equal in meaning compare equal
-// byte for byte (a store may reorder keys, as Postgres jsonb does).
-func canonicalJSON(raw json.RawMessage) (json.RawMessage, error) {
-	if len(raw) == 0 {
-		return nil, nil
-	}
-	v, err := decodeJSON(raw)
-	if err != nil {
-		return nil, err
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("encode JSON: %w", err)
-	}
-	return b, nil
 }

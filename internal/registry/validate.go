@@ -55,7 +55,7 @@ type checker struct {
 // empty lists nil, output-only fields cleared.
 func normalize(t *store.Tool) *store.Tool {
 	n := cloneTool(t)
-	n.Version, n.CreatedAt, n.UpdatedAt = 0, time.Time{}, time.Time{}
+	n.Version, n.CreatedAt, n.UpdatedAt, n.Incarnation = 0, time.Time{}, time.Time{}, ""
 	n.Description = strings.TrimSpace(n.Description)
 	if n.ProviderType == "" {
 		n.ProviderType = store.ProviderNative
@@ -650,35 +650,21 @@ func cloneRaw(r json.RawMessage) json.RawMessage {
 
 // sameDefinition reports whether two tools have the same definition (and
 // source): registering one over the other would change nothing. Both must be
-// normalized; JSON documents are compared by meaning, not bytes.
+// normalized (their JSON documents compacted). JSON documents are compared
+// byte for byte, key order included: the order of a schema's properties is
+// part of what a model is shown, and agents cache and compare the stored
+// bytes (Action.input_schema_json), so a reordered document is a new
+// version. Only insignificant space is not a change.
 func sameDefinition(a, b *store.Tool) bool {
 	ca, errA := definitionKey(a)
 	cb, errB := definitionKey(b)
 	return errA == nil && errB == nil && bytes.Equal(ca, cb)
 }
 
-// definitionKey is the canonical encoding of a tool's definition.
+// definitionKey is the encoding of a tool's definition that sameDefinition
+// compares.
 func definitionKey(t *store.Tool) ([]byte, error) {
 	n := normalize(t)
 	n.Source = t.Source
-	for i := range n.Actions {
-		a := &n.Actions[i]
-		var err error
-		if a.InputSchema, err = canonicalJSON(a.InputSchema); err != nil {
-			return nil, err
-		}
-		if a.OutputSchema, err = canonicalJSON(a.OutputSchema); err != nil {
-			return nil, err
-		}
-		for j := range a.Examples {
-			ex := &a.Examples[j]
-			if ex.Input, err = canonicalJSON(ex.Input); err != nil {
-				return nil, err
-			}
-			if ex.Output, err = canonicalJSON(ex.Output); err != nil {
-				return nil, err
-			}
-		}
-	}
 	return json.Marshal(n)
 }

@@ -83,10 +83,12 @@ func (s *registryServer) RegisterTool(ctx context.Context, req *toolsvcv1.Regist
 	return &toolsvcv1.RegisterToolResponse{Tool: pb, Created: created}, nil
 }
 
-// coveredBy reports whether field is, or is inside, a field already in v.
+// coveredBy reports whether field is, or is inside, a field already in v,
+// or is the document whose text form (field+"_json") is already in v.
 func coveredBy(v fault.Violations, field string) bool {
 	for _, f := range v {
-		if field == f.Field || strings.HasPrefix(field, f.Field+".") || strings.HasPrefix(field, f.Field+"[") {
+		if field == f.Field || f.Field == field+"_json" ||
+			strings.HasPrefix(field, f.Field+".") || strings.HasPrefix(field, f.Field+"[") {
 			return true
 		}
 	}

@@ -55,6 +55,14 @@ type Tool struct {
 	Policies        []Policy      `json:"policies,omitempty"`
 	AuditPayloads   bool          `json:"audit_payloads,omitempty"`
 
+	// Incarnation identifies the tool as created: a new random id for each
+	// creation (given to CreateTool), kept by every update. Deregistering a
+	// tool and registering its name again makes a new incarnation, whose
+	// versions start at 1 again: approvals and previews record the
+	// incarnation they were given for, so that they never apply to another
+	// tool of the same name.
+	Incarnation string `json:"incarnation,omitempty"`
+
 	// Set by the store.
 	Version   int64      `json:"version"`
 	Source    ToolSource `json:"source"`
@@ -241,6 +249,10 @@ type Approval struct {
 	Resolver       string
 	Comment        string
 	ResolvedAt     time.Time
+
+	// ToolIncarnation is the tool's Incarnation when the approval was asked
+	// for ("" if unknown, which matches no tool).
+	ToolIncarnation string
 }
 
 // PreviewState is the lifecycle of a preview token.
@@ -269,6 +281,9 @@ type Preview struct {
 	State          PreviewState
 	CreatedAt      time.Time
 	ExpiresAt      time.Time
+
+	// ToolIncarnation is the tool's Incarnation when the preview was made.
+	ToolIncarnation string
 }
 
 // AuditEvent is one entry of the append-only audit trail.

@@ -345,8 +345,14 @@ type Action struct {
 	// JSON Schema (draft 2020-12 unless $schema says otherwise) for the
 	// arguments. Must describe an object. Properties not declared are refused
 	// unless the schema sets additionalProperties. Absent means "no arguments".
+	//
+	// A Struct is a map: it has no key order, and its encoding may order keys
+	// differently from one response to the next. input_schema_json is the same
+	// document as text and is the authoritative form; this field is kept for
+	// clients that want a Struct.
 	InputSchema *structpb.Struct `protobuf:"bytes,3,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
-	// Optional JSON Schema for the result value.
+	// Optional JSON Schema for the result value. output_schema_json is the same
+	// document as text, and authoritative.
 	OutputSchema *structpb.Struct `protobuf:"bytes,4,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
 	// Risk override for this action; UNSPECIFIED inherits the tool's default.
 	Risk RiskLevel `protobuf:"varint,5,opt,name=risk,proto3,enum=toolsvc.v1.RiskLevel" json:"risk,omitempty"`
@@ -356,6 +362,21 @@ type Action struct {
 	// The argument that names the resource the action touches (e.g. "path"),
 	// recorded in task history for read-before-write policies.
 	ResourceArgument string `protobuf:"bytes,7,opt,name=resource_argument,json=resourceArgument,proto3" json:"resource_argument,omitempty"`
+	// The input schema as JSON text: the authoritative, byte-stable form of
+	// input_schema. In responses it is the stored document exactly as it was
+	// registered (insignificant whitespace removed, keys in the order given),
+	// byte for byte the same on every call and every replica until the tool
+	// changes, so that an agent may cache prompts and detect changes by
+	// comparing bytes. Empty when the action has no input schema.
+	//
+	// In RegisterTool, set either this or input_schema; this one keeps the key
+	// order you give (a Struct cannot carry one). If both are set they must be
+	// the same JSON document, else the request is refused (INVALID_ARGUMENT).
+	InputSchemaJson string `protobuf:"bytes,8,opt,name=input_schema_json,json=inputSchemaJson,proto3" json:"input_schema_json,omitempty"`
+	// The output schema as JSON text, like input_schema_json: authoritative,
+	// byte-stable, empty without an output schema. In RegisterTool, set either
+	// this or output_schema (if both, the same document).
+	OutputSchemaJson string `protobuf:"bytes,9,opt,name=output_schema_json,json=outputSchemaJson,proto3" json:"output_schema_json,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -439,15 +460,38 @@ func (x *Action) GetResourceArgument() string {
 	return ""
 }
 
+func (x *Action) GetInputSchemaJson() string {
+	if x != nil {
+		return x.InputSchemaJson
+	}
+	return ""
+}
+
+func (x *Action) GetOutputSchemaJson() string {
+	if x != nil {
+		return x.OutputSchemaJson
+	}
+	return ""
+}
+
 // ActionExample is one example invocation of an action.
 type ActionExample struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// What the example shows: at most 200 characters.
 	Description string `protobuf:"bytes,1,opt,name=description,proto3" json:"description,omitempty"`
-	// Example arguments.
+	// Example arguments. input_json is the same document as text, and
+	// authoritative (a Struct has no key order).
 	Input *structpb.Struct `protobuf:"bytes,2,opt,name=input,proto3" json:"input,omitempty"`
-	// Example result value.
-	Output        *structpb.Value `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
+	// Example result value. output_json is the same value as text, and
+	// authoritative.
+	Output *structpb.Value `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
+	// The example arguments as JSON text, stored and returned exactly as
+	// registered (like Action.input_schema_json): byte-stable. In
+	// RegisterTool, set either this or input (if both, the same document).
+	InputJson string `protobuf:"bytes,4,opt,name=input_json,json=inputJson,proto3" json:"input_json,omitempty"`
+	// The example result value as JSON text, like input_json. In
+	// RegisterTool, set either this or output (if both, the same value).
+	OutputJson    string `protobuf:"bytes,5,opt,name=output_json,json=outputJson,proto3" json:"output_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -501,6 +545,20 @@ func (x *ActionExample) GetOutput() *structpb.Value {
 		return x.Output
 	}
 	return nil
+}
+
+func (x *ActionExample) GetInputJson() string {
+	if x != nil {
+		return x.InputJson
+	}
+	return ""
+}
+
+func (x *ActionExample) GetOutputJson() string {
+	if x != nil {
+		return x.OutputJson
+	}
+	return ""
 }
 
 // Policy constrains when a tool's actions may run, judged against the history
@@ -1167,7 +1225,7 @@ const file_toolsvc_v1_registry_proto_rawDesc = "" +
 	"\vcreate_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xc7\x02\n" +
+	"updateTime\"\xa1\x03\n" +
 	"\x06Action\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
@@ -1175,11 +1233,17 @@ const file_toolsvc_v1_registry_proto_rawDesc = "" +
 	"\routput_schema\x18\x04 \x01(\v2\x17.google.protobuf.StructR\foutputSchema\x12)\n" +
 	"\x04risk\x18\x05 \x01(\x0e2\x15.toolsvc.v1.RiskLevelR\x04risk\x125\n" +
 	"\bexamples\x18\x06 \x03(\v2\x19.toolsvc.v1.ActionExampleR\bexamples\x12+\n" +
-	"\x11resource_argument\x18\a \x01(\tR\x10resourceArgument\"\x90\x01\n" +
+	"\x11resource_argument\x18\a \x01(\tR\x10resourceArgument\x12*\n" +
+	"\x11input_schema_json\x18\b \x01(\tR\x0finputSchemaJson\x12,\n" +
+	"\x12output_schema_json\x18\t \x01(\tR\x10outputSchemaJson\"\xd0\x01\n" +
 	"\rActionExample\x12 \n" +
 	"\vdescription\x18\x01 \x01(\tR\vdescription\x12-\n" +
 	"\x05input\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x05input\x12.\n" +
-	"\x06output\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x06output\"\xb4\x01\n" +
+	"\x06output\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x06output\x12\x1d\n" +
+	"\n" +
+	"input_json\x18\x04 \x01(\tR\tinputJson\x12\x1f\n" +
+	"\voutput_json\x18\x05 \x01(\tR\n" +
+	"outputJson\"\xb4\x01\n" +
 	"\x06Policy\x12W\n" +
 	"\x15sequential_dependency\x18\x01 \x01(\v2 .toolsvc.v1.SequentialDependencyH\x00R\x14sequentialDependency\x12I\n" +
 	"\x11read_before_write\x18\x02 \x01(\v2\x1b.toolsvc.v1.ReadBeforeWriteH\x00R\x0freadBeforeWriteB\x06\n" +

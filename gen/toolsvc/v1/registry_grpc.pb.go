@@ -40,7 +40,9 @@ type RegistryServiceClient interface {
 	RegisterTool(ctx context.Context, in *RegisterToolRequest, opts ...grpc.CallOption) (*RegisterToolResponse, error)
 	// GetTool returns one tool by name.
 	GetTool(ctx context.Context, in *GetToolRequest, opts ...grpc.CallOption) (*GetToolResponse, error)
-	// ListTools returns tools ordered by name, a page at a time.
+	// ListTools returns tools ordered by name, a page at a time. Each tool's
+	// actions, scopes, capabilities and policies come in the order they were
+	// registered; identical state gives identical responses.
 	ListTools(ctx context.Context, in *ListToolsRequest, opts ...grpc.CallOption) (*ListToolsResponse, error)
 	// DeregisterTool removes a tool and writes a tool.deregistered audit event.
 	DeregisterTool(ctx context.Context, in *DeregisterToolRequest, opts ...grpc.CallOption) (*DeregisterToolResponse, error)
@@ -109,7 +111,9 @@ type RegistryServiceServer interface {
 	RegisterTool(context.Context, *RegisterToolRequest) (*RegisterToolResponse, error)
 	// GetTool returns one tool by name.
 	GetTool(context.Context, *GetToolRequest) (*GetToolResponse, error)
-	// ListTools returns tools ordered by name, a page at a time.
+	// ListTools returns tools ordered by name, a page at a time. Each tool's
+	// actions, scopes, capabilities and policies come in the order they were
+	// registered; identical state gives identical responses.
 	ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error)
 	// DeregisterTool removes a tool and writes a tool.deregistered audit event.
 	DeregisterTool(context.Context, *DeregisterToolRequest) (*DeregisterToolResponse, error)

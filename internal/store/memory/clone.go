@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -93,21 +94,39 @@ func importTool(t *store.Tool) (*store.Tool, error) {
 	if t.Name == "" {
 		return nil, fmt.Errorf("tool name is required: %w", store.ErrInvalid)
 	}
-	for _, a := range t.Actions {
-		for _, raw := range []json.RawMessage{a.InputSchema, a.OutputSchema} {
-			if _, err := cloneJSON("action schema", raw); err != nil {
+	c := cloneTool(t)
+	// Documents are stored compacted, keys and characters as given: what
+	// Postgres keeps of them.
+	for i := range c.Actions {
+		a := &c.Actions[i]
+		for _, raw := range []*json.RawMessage{&a.InputSchema, &a.OutputSchema} {
+			if err := compactJSON("action schema", raw); err != nil {
 				return nil, err
 			}
 		}
-		for _, e := range a.Examples {
-			for _, raw := range []json.RawMessage{e.Input, e.Output} {
-				if _, err := cloneJSON("action example", raw); err != nil {
+		for j := range a.Examples {
+			e := &a.Examples[j]
+			for _, raw := range []*json.RawMessage{&e.Input, &e.Output} {
+				if err := compactJSON("action example", raw); err != nil {
 					return nil, err
 				}
 			}
 		}
 	}
-	return cloneTool(t), nil
+	return c, nil
+}
+
+// compactJSON compacts the document at raw in place (absent stays absent).
+func compactJSON(field string, raw *json.RawMessage) error {
+	if len(*raw) == 0 {
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, *raw); err != nil {
+		return fmt.Errorf("%s is not valid JSON: %w", field, store.ErrInvalid)
+	}
+	*raw = buf.Bytes()
+	return nil
 }
 
 func cloneHealth(h *store.ToolHealth) *store.ToolHealth {

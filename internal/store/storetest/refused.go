@@ -90,7 +90,7 @@ func testClaimRefusedEvent(t *testing.T, s store.Store) {
 			name := su.name + "/" + r.name
 			c := newCall("agent-1", su.key, su.state)
 			c.Fingerprint = "fp-" + su.key
-			p := store.ClaimCallParams{Call: c}
+			p := store.ClaimCallParams{Lease: longLease, Call: c}
 			switch su.state {
 			case store.CallAwaitingApproval:
 				p.Approval = newApproval(c)
@@ -132,7 +132,7 @@ func testClaimRefusedEvent(t *testing.T, s store.Store) {
 		c := newCall("agent-1", su.key, su.state)
 		c.Fingerprint = "fp-" + su.key
 		ev1, ev2 := newEvent(audit.ToolCallAttempted, c.ID), newEvent(audit.ToolCallDeduped, c.ID)
-		p := store.ClaimCallParams{Call: c, Events: []store.AuditEvent{ev1, ev2}}
+		p := store.ClaimCallParams{Lease: longLease, Call: c, Events: []store.AuditEvent{ev1, ev2}}
 		switch su.state {
 		case store.CallAwaitingApproval:
 			p.Approval = newApproval(c)
@@ -214,7 +214,7 @@ func testStartParkedRefusedEvent(t *testing.T, s store.Store) {
 		params := func(events []store.AuditEvent) store.StartParkedCallParams {
 			return store.StartParkedCallParams{
 				CallID: c.ID, ApprovalID: c.ApprovalID, PreviewToken: c.PreviewToken,
-				Now: at(2 * time.Minute), LeaseExpiresAt: at(3 * time.Minute),
+				Now: at(2 * time.Minute), Lease: longLease,
 				Risk: c.Risk, Decision: c.Decision, Events: events,
 			}
 		}
