@@ -85,10 +85,6 @@ func (s *healthServer) WatchToolHealth(req *toolsvcv1.WatchToolHealthRequest, st
 	if err := v.Err("invalid request"); err != nil {
 		return err
 	}
-	p, err := principalFrom(stream.Context())
-	if err != nil {
-		return err
-	}
 	ctx, leave, err := s.streams.join(stream.Context(), p.ID)
 	if err != nil {
 		return err
