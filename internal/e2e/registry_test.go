@@ -3,6 +3,8 @@ package e2e_test
 import (
 	"bytes"
 	"encoding/json"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/mem"
 	"reflect"
 	"slices"
 	"testing"
@@ -165,5 +167,46 @@ func wantSameDoc(t *testing.T, what, text string, doc any) {
 	}
 	if !reflect.DeepEqual(got, doc) {
 		t.Fatalf("%s: text %s is not the Struct %v", what, text, doc)
+	}
+}
+
+// rawCodec encodes requests as gRPC does and keeps the bytes of each
+// response as they came off the wire.
+type rawCodec struct{ last []byte }
+
+func (c *rawCodec) Name() string { return "proto" }
+
+func (c *rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	b, err := proto.Marshal(v.(proto.Message))
+	return mem.BufferSlice{mem.SliceBuffer(b)}, err
+}
+
+func (c *rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	c.last = data.Materialize()
+	return proto.Unmarshal(c.last, v.(proto.Message))
+}
+
+// TestWireBytesAreStable: the server's own encoding is deterministic, so a
+// client that compares raw responses (a cache keyed by bytes) sees identical
+// bytes for identical state — Struct keys included.
+func TestWireBytesAreStable(t *testing.T) {
+	e := newEnv(t, apptest.Memory, nil)
+	ctx := apptest.As(testCtx(t), "agent-1")
+	var first []byte
+	for i := range 20 {
+		c := &rawCodec{}
+		var resp toolsvcv1.ListToolsResponse
+		if err := e.conn.Invoke(ctx, toolsvcv1.RegistryService_ListTools_FullMethodName,
+			&toolsvcv1.ListToolsRequest{PageSize: 500}, &resp, grpc.ForceCodecV2(c)); err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Tools) == 0 {
+			t.Fatal("no tools listed")
+		}
+		if i == 0 {
+			first = c.last
+		} else if !bytes.Equal(c.last, first) {
+			t.Fatalf("call %d: the wire bytes differ from the first call's", i)
+		}
 	}
 }

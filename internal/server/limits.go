@@ -72,7 +72,20 @@ func newCodec(limit int, faults *decodeFaults) *codec {
 
 func (c *codec) Name() string { return grpcproto.Name }
 
-func (c *codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
+// Marshal encodes deterministically (map entries, such as a Struct's keys,
+// in a fixed order), so that identical state gives identical bytes: agents
+// cache tool lists and schemas and detect changes by comparing them.
+func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return c.base.Marshal(v)
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+}
 
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	m := messageOf(v)
