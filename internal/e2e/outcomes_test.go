@@ -420,7 +420,7 @@ func TestOutcomeTable(t *testing.T) {
 				{"error", "the tool failed: flaky: tool error as requested", true},
 				{"panic", "the tool failed: it panicked", true},
 				// flaky's timeout is 2s; hang waits for the deadline.
-				{"hang", "the tool did not finish before its deadline (2s after it started)", true},
+				{"hang", "the tool did not finish within its timeout (2s)", true},
 			} {
 				t.Run(row.mode, func(t *testing.T) {
 					p := "failing-agent-" + row.mode

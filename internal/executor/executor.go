@@ -223,6 +223,9 @@ type call struct {
 	preview  *store.Preview
 	// rounds counts re-reads of a record that moved under this request.
 	rounds int
+	// callerDeadline: the tool's deadline is the caller's, nearer than the
+	// tool's own timeout.
+	callerDeadline bool
 }
 
 // Execute runs one call through the pipeline. Decisions the agent must act

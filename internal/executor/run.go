@@ -40,7 +40,7 @@ func (e *Executor) run(ctx context.Context, c *call) (*Response, error) {
 	// which must match it): a wall-clock time, whatever e.now says.
 	deadline := time.Now().Add(timeoutOf(c.tool))
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
+		deadline, c.callerDeadline = dl, true
 	}
 	detail := withAdjusters(c, map[string]any{"probe": adm.Probe, "deadline": deadline})
 	if c.approval != nil {
@@ -340,8 +340,7 @@ func (e *Executor) decide(base context.Context, c *call, rec *store.Call, adm he
 		fail(store.CallUnknown, "outcome unknown: the server shut down while the tool ran; it may or may not have acted: "+errText(out.err),
 			health.Observation{})
 	case out.err != nil && out.timedOut:
-		fail(store.CallFailed, fmt.Sprintf("the tool did not finish before its deadline (%s after it started)", out.allowed.Round(100*time.Millisecond)),
-			toolErr("timeout"))
+		fail(store.CallFailed, deadlineMessage(c, out), toolErr("timeout"))
 	case out.err != nil:
 		fail(store.CallFailed, "the tool failed: "+errText(out.err), toolErr(errText(out.err)))
 	case out.res == nil:
@@ -399,6 +398,17 @@ func (e *Executor) decide(base context.Context, c *call, rec *store.Call, adm he
 			Risk: c.risk, Decision: c.decision, Attempt: rec.AttemptCount, Approval: c.approval,
 		},
 	}
+}
+
+// deadlineMessage says which deadline a tool missed: its own timeout (the
+// configured duration, the same however long reserving took), or the
+// caller's deadline (the time the tool had).
+func deadlineMessage(c *call, out toolOutcome) string {
+	if c.callerDeadline {
+		return fmt.Sprintf("the tool did not finish before the caller's deadline (%s after it started)",
+			out.allowed.Round(100*time.Millisecond))
+	}
+	return fmt.Sprintf("the tool did not finish within its timeout (%s)", timeoutOf(c.tool))
 }
 
 // errText is an error's text bounded for results and audit rows.

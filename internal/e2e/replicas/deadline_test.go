@@ -82,7 +82,7 @@ func TestDeadlinesAndPanics(t *testing.T) {
 				t.Fatalf("answered after %s; the timeout is 2s", took)
 			}
 			failedOnce(ctx, t, r, "flaky", "hang", a, resp, toolsvcv1.Outcome_OUTCOME_FAILED,
-				"the tool did not finish before its deadline (2s after it started)", "timeout", func() int64 { return flakyRuns(t, r) })
+				"the tool did not finish within its timeout (2s)", "timeout", func() int64 { return flakyRuns(t, r) })
 		})
 
 		t.Run("hang_unknown", func(t *testing.T) {
@@ -158,7 +158,7 @@ func TestDeadlinesAndPanics(t *testing.T) {
 			// may beat the caller's own timer, and then it must say why.
 			switch {
 			case err == nil:
-				if resp.Outcome != toolsvcv1.Outcome_OUTCOME_FAILED || !strings.HasPrefix(resp.Result.GetMessage(), "the tool did not finish before its deadline") {
+				if resp.Outcome != toolsvcv1.Outcome_OUTCOME_FAILED || !strings.HasPrefix(resp.Result.GetMessage(), "the tool did not finish before the caller's deadline") {
 					t.Fatalf("answered before the caller gave up: %v", resp)
 				}
 			case status.Code(err) != codes.DeadlineExceeded:
