@@ -82,6 +82,26 @@ func TestDevAuthenticator(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	// Spellings of one id are one principal; spellings that cannot be
+	// told apart from it by eye, but are not it, are refused.
+	t.Run("spellings", func(t *testing.T) {
+		for _, s := range []string{"ALICE", " Alice ", "alice\t", "\u212aelvin"} {
+			p, err := a.Authenticate(context.Background(), naming(s))
+			want, _ := auth.CanonicalPrincipalID(s)
+			if err != nil || p.ID != want || want == "" {
+				t.Fatalf("%q: %+v %v", s, p, err)
+			}
+		}
+		if p, _ := a.Authenticate(context.Background(), naming("ALICE")); !p.HasScope("notes:read") || p.HasRole(auth.RoleOperator) {
+			t.Fatalf("ALICE is not the configured alice: %+v", p)
+		}
+		for _, s := range []string{"ali\u0301ce", "\u0430lice", "\uff41lice", "al ice", "alice\u200b"} {
+			_, err := a.Authenticate(context.Background(), naming(s))
+			if f, ok := fault.As(err); !ok || f.Kind != fault.Unauthenticated || f.Metadata[auth.CauseKey] != string(auth.CauseBadPrincipalHeader) {
+				t.Fatalf("%q: %v", s, err)
+			}
+		}
+	})
 	t.Run("twice is refused", func(t *testing.T) {
 		_, err := a.Authenticate(context.Background(), naming("a", "b"))
 		if f, ok := fault.As(err); !ok || f.Kind != fault.Unauthenticated {

@@ -147,6 +147,8 @@ func (c *Config) validateAccess(p *problems) {
 		if pc.TokenSHA256 != "" {
 			h, err := auth.ParseTokenHash(pc.TokenSHA256)
 			switch j, dup := tokens[h]; {
+			case err != nil && strings.Trim(pc.TokenSHA256, "0123456789.+-eE") == "":
+				p.add(key+".token_sha256", "%v; YAML read this one as a number: put the hash in quotes", err)
 			case err != nil:
 				p.add(key+".token_sha256", "%v", err)
 			case dup:
