@@ -3,6 +3,7 @@ package config_test
 import (
 	"crypto/tls"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -164,4 +165,37 @@ func TestAuthenticationConfigurationAccepted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The example production configuration is valid once its files exist (the
+// environment points tls.* at test files), and says what the README says:
+// authentication on, beyond loopback, over TLS, an agent, an approver and an
+// operator.
+func TestProductionExample(t *testing.T) {
+	t.Chdir("../..")
+	cert, key, ca := pki(t)
+	cfg, err := config.Load(config.Sources{File: "deploy/toolsvc.production.yaml", Env: envOf(map[string]string{
+		"TOOLSVC_TLS_CERT_FILE": cert, "TOOLSVC_TLS_KEY_FILE": key, "TOOLSVC_TLS_CLIENT_CA_FILE": ca,
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Auth.Enabled || cfg.Listen != "0.0.0.0:50051" || !cfg.TLS.Enabled() || cfg.TLS.ClientCAFile != ca {
+		t.Fatalf("%+v %+v %s", cfg.Auth, cfg.TLS, cfg.Listen)
+	}
+	ids, err := cfg.Identities()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string][]auth.Role{}
+	for _, id := range ids {
+		roles[id.Principal.ID] = id.Principal.Roles
+	}
+	if len(ids) != 3 || len(roles["agent-1"]) != 1 || roles["agent-1"][0] != auth.RoleAgent ||
+		!slices.Contains(roles["approver-1"], auth.RoleApprover) || len(roles["ops-1"]) != 1 || roles["ops-1"][0] != auth.RoleOperator {
+		t.Fatalf("principals %v", roles)
+	}
+	// Without its files it is refused, naming them.
+	_, err = config.Load(config.Sources{File: "deploy/toolsvc.production.yaml"})
+	requireProblem(t, problemsOf(t, err), "tls.cert_file", "/etc/toolsvc/tls/server.pem")
 }
