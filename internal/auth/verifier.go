@@ -2,12 +2,15 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -41,6 +44,27 @@ type Verifier struct {
 	sans   map[string]*Principal
 	roots  *x509.CertPool
 	now    func() time.Time
+
+	// checked remembers what chains of certificates were found to be, so
+	// that a connection's certificate is verified once rather than on every
+	// call (a chain verification costs about as much as a database round
+	// trip). What depends on the time — the validity period — is checked on
+	// every call.
+	mu      sync.Mutex
+	checked map[[sha256.Size]byte]checkedChain
+}
+
+// maxCheckedChains bounds the remembered chains; when it is reached they are
+// all forgotten.
+const maxCheckedChains = 4096
+
+// checkedChain is what a certificate chain was found to be: its principal
+// while it is valid, or why it was refused.
+type checkedChain struct {
+	principal           *Principal
+	refusal             error
+	notBefore, notAfter time.Time
+	leafNotAfter        time.Time
 }
 
 type tokenEntry struct {
@@ -54,7 +78,7 @@ var _ Authenticator = (*Verifier)(nil)
 // credential each; no credential shared by two principals; certificate
 // names only with ClientCAs — and returns their Verifier.
 func NewVerifier(o VerifierOptions) (*Verifier, error) {
-	v := &Verifier{sans: map[string]*Principal{}, roots: o.ClientCAs, now: o.Now}
+	v := &Verifier{sans: map[string]*Principal{}, roots: o.ClientCAs, now: o.Now, checked: map[[sha256.Size]byte]checkedChain{}}
 	if v.now == nil {
 		v.now = time.Now
 	}
@@ -198,51 +222,111 @@ func (v *Verifier) tokenPrincipal(h TokenHash) *Principal {
 	return found
 }
 
-// certificatePrincipal verifies a client certificate chain against the
-// client CAs, for client authentication, now, and returns the principal its
-// names map to.
+// certificatePrincipal returns the principal a client certificate chain
+// names, if it verifies against the client CAs, for client authentication,
+// now.
 func (v *Verifier) certificatePrincipal(chain []*x509.Certificate) (*Principal, error) {
 	if v.roots == nil {
 		return nil, refuse(CauseCertificateUntrusted, "client certificates are not accepted by this server")
 	}
-	leaf := chain[0]
-	inter := x509.NewCertPool()
-	for _, c := range chain[1:] {
-		inter.AddCert(c)
+	key := chainKey(chain)
+	v.mu.Lock()
+	c, ok := v.checked[key]
+	v.mu.Unlock()
+	if !ok {
+		var cacheable bool
+		c, cacheable = v.checkChain(chain)
+		if cacheable {
+			v.mu.Lock()
+			if len(v.checked) >= maxCheckedChains {
+				clear(v.checked)
+			}
+			v.checked[key] = c
+			v.mu.Unlock()
+		}
 	}
-	now := v.now()
-	_, err := leaf.Verify(x509.VerifyOptions{
-		Roots: v.roots, Intermediates: inter, CurrentTime: now,
+	if c.refusal != nil {
+		return nil, c.refusal
+	}
+	if now := v.now(); now.Before(c.notBefore) || now.After(c.notAfter) {
+		if now.After(c.leafNotAfter) {
+			return nil, refuse(CauseCertificateExpired, "the client certificate expired at %s", c.leafNotAfter.UTC().Format(time.RFC3339))
+		}
+		return nil, refuse(CauseCertificateExpired, "the client certificate chain is not valid at this time")
+	}
+	return c.principal, nil
+}
+
+// checkChain verifies a chain and maps its names to a principal. It says
+// whether the answer may be remembered: all but a refusal for the time,
+// which time may change.
+func (v *Verifier) checkChain(chain []*x509.Certificate) (checkedChain, bool) {
+	leaf := chain[0]
+	c := checkedChain{leafNotAfter: leaf.NotAfter}
+	inter := x509.NewCertPool()
+	for _, ic := range chain[1:] {
+		inter.AddCert(ic)
+	}
+	verified, err := leaf.Verify(x509.VerifyOptions{
+		Roots: v.roots, Intermediates: inter, CurrentTime: v.now(),
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	})
 	if err != nil {
 		var inv x509.CertificateInvalidError
 		switch {
 		case errors.As(err, &inv) && inv.Reason == x509.Expired:
-			if now.After(leaf.NotAfter) {
-				return nil, refuse(CauseCertificateExpired, "the client certificate expired at %s", leaf.NotAfter.UTC().Format(time.RFC3339))
+			c.refusal = refuse(CauseCertificateExpired, "the client certificate chain is not valid at this time")
+			if v.now().After(leaf.NotAfter) {
+				c.refusal = refuse(CauseCertificateExpired, "the client certificate expired at %s", leaf.NotAfter.UTC().Format(time.RFC3339))
 			}
-			return nil, refuse(CauseCertificateExpired, "the client certificate chain is not valid at this time")
+			return c, false
 		case errors.As(err, &inv) && inv.Reason == x509.IncompatibleUsage:
-			return nil, refuse(CauseCertificateUntrusted, "the client certificate is not for client authentication (extended key usage)")
+			c.refusal = refuse(CauseCertificateUntrusted, "the client certificate is not for client authentication (extended key usage)")
+		default:
+			c.refusal = refuse(CauseCertificateUntrusted, "the client certificate is not signed by a client CA this server trusts")
 		}
-		return nil, refuse(CauseCertificateUntrusted, "the client certificate is not signed by a client CA this server trusts")
+		return c, true
 	}
-	var found *Principal
+	// The chain holds while every certificate of it does.
+	c.notBefore, c.notAfter = leaf.NotBefore, leaf.NotAfter
+	for _, cert := range verified[0] {
+		if cert.NotBefore.After(c.notBefore) {
+			c.notBefore = cert.NotBefore
+		}
+		if cert.NotAfter.Before(c.notAfter) {
+			c.notAfter = cert.NotAfter
+		}
+	}
 	for _, name := range certificateNames(leaf) {
 		p, ok := v.sans[name]
 		if !ok {
 			continue
 		}
-		if found != nil && found.ID != p.ID {
-			return nil, refuse(CauseCertificateAmbiguous, "the client certificate's names map to more than one principal (%q and %q)", found.ID, p.ID)
+		if c.principal != nil && c.principal.ID != p.ID {
+			c.principal, c.refusal = nil, refuse(CauseCertificateAmbiguous,
+				"the client certificate's names map to more than one principal (%q and %q)", c.principal.ID, p.ID)
+			return c, true
 		}
-		found = p
+		c.principal = p
 	}
-	if found == nil {
-		return nil, refuse(CauseCertificateUnmapped, "the client certificate names no configured principal (its URI and DNS subject alternative names are compared)")
+	if c.principal == nil {
+		c.refusal = refuse(CauseCertificateUnmapped, "the client certificate names no configured principal (its URI and DNS subject alternative names are compared)")
 	}
-	return found, nil
+	return c, true
+}
+
+// chainKey identifies a presented chain by its certificates' bytes.
+func chainKey(chain []*x509.Certificate) [sha256.Size]byte {
+	h := sha256.New()
+	var n [8]byte
+	for _, c := range chain {
+		binary.BigEndian.PutUint64(n[:], uint64(len(c.Raw)))
+		h.Write(n[:])
+		h.Write(c.Raw)
+	}
+	var k [sha256.Size]byte
+	h.Sum(k[:0])
+	return k
 }
 
 // certificateNames returns the keys (SANKey) of a certificate's URI and DNS

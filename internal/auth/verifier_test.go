@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/x509"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -183,12 +184,22 @@ func TestVerifierCertificates(t *testing.T) {
 		})
 	}
 
-	// A certificate that was valid expires with the clock.
+	// A certificate that was valid expires with the clock (its check is
+	// remembered, its validity is not); one not yet valid becomes valid.
 	c := chain(f.ca.Issue(t, pkitest.Options{Names: []string{"spiffe://example.org/approver"}, NotAfter: f.now.Add(time.Minute)}))
 	ok("valid", c, "approver")
+	ok("valid again", c, "approver")
+	early := chain(future)
 	f.now = f.now.Add(2 * time.Minute)
 	_, err := f.v.Authenticate(ctx, c)
 	wantCause(t, err, auth.CauseCertificateExpired)
+	f.now = f.now.Add(time.Hour)
+	ok("valid now", early, "approver")
+	// Refusals that do not depend on the time stay refusals.
+	for range 2 {
+		_, err = f.v.Authenticate(ctx, chain(serverOnly))
+		wantCause(t, err, auth.CauseCertificateUntrusted)
+	}
 }
 
 func TestNewVerifierRefuses(t *testing.T) {
@@ -250,4 +261,44 @@ func FuzzAuthorizationNeverEchoed(f *testing.F) {
 			t.Fatalf("refusal %q repeats %q", fe.Message, secret)
 		}
 	})
+}
+
+// BenchmarkAuthenticate: what establishing a principal costs per call, by
+// credential. A client certificate is verified on every call (x509 chain
+// verification, ECDSA P-256), a token hashed once and compared with every
+// configured hash.
+func BenchmarkAuthenticate(b *testing.B) {
+	ca := pkitest.NewCA(b, "clients")
+	tok, h, _ := auth.NewToken(rand.Reader)
+	var ids []auth.Identity
+	for i := range 100 {
+		_, hi, _ := auth.NewToken(rand.Reader)
+		ids = append(ids, auth.Identity{Principal: &auth.Principal{ID: fmt.Sprint("p-", i)}, TokenHashes: []auth.TokenHash{hi},
+			SANs: []string{fmt.Sprintf("spiffe://example.org/p-%d", i)}})
+	}
+	ids = append(ids, auth.Identity{Principal: &auth.Principal{ID: "me"}, TokenHashes: []auth.TokenHash{h}, SANs: []string{"spiffe://example.org/me"}})
+	v, err := auth.NewVerifier(auth.VerifierOptions{Identities: ids, ClientCAs: ca.Pool()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dev, _ := auth.NewDevAuthenticator(nil)
+	cert := ca.Client(b, "spiffe://example.org/me").Cert
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name string
+		a    auth.Authenticator
+		c    auth.Credentials
+	}{
+		{"dev-header", dev, auth.Credentials{PrincipalHeader: []string{"me"}}},
+		{"token-of-101", v, auth.Credentials{Authorization: bearer(tok)}},
+		{"certificate", v, auth.Credentials{Certificates: []*x509.Certificate{cert}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := bc.a.Authenticate(ctx, bc.c); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
