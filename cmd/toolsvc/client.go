@@ -18,7 +18,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -68,15 +67,17 @@ type clientFlags struct {
 	principal string
 	timeout   time.Duration
 	output    string
+	access    accessFlags
 }
 
 func addClientFlags(cmd *cobra.Command) *clientFlags {
 	f := &clientFlags{}
 	fs := cmd.PersistentFlags()
 	fs.StringVar(&f.addr, flagAddr, defaultAddr, "address of the toolsvc server (or "+envAddr+")")
-	fs.StringVar(&f.principal, flagPrincipal, "", "principal to act as, sent as "+auth.PrincipalHeader+" metadata (or "+envPrincipal+"; default: the server's, \"dev\")")
+	fs.StringVar(&f.principal, flagPrincipal, "", "principal to act as while the server's authentication is off, sent as "+auth.PrincipalHeader+" metadata (or "+envPrincipal+"; default: the server's, \"dev\")")
 	fs.DurationVar(&f.timeout, flagTimeout, defaultTimeout, "deadline of each request to the server")
 	fs.StringVarP(&f.output, flagOutput, "o", outputTable, "output format: table (for people) or json (protojson of the response, for scripts)")
+	f.access.register(fs)
 	return f
 }
 
@@ -86,6 +87,7 @@ type client struct {
 	conn      *grpc.ClientConn
 	addr      string
 	principal string // empty: the server's default
+	access    accessFlags
 	timeout   time.Duration
 	json      bool
 	stdout    io.Writer
@@ -126,11 +128,28 @@ func (f *clientFlags) connect(cmd *cobra.Command, lookupEnv env) (*client, error
 	if f.output != outputTable && f.output != outputJSON {
 		problems = append(problems, fmt.Sprintf("--output must be table or json, not %q", f.output))
 	}
+	access := f.access
+	if err := access.resolve(fs, lookupEnv); err != nil {
+		problems = append(problems, err.Error())
+	}
+	token, err := access.bearer()
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	if token != "" && strings.TrimSpace(addr) != "" {
+		if err := checkPlaintextToken(addr, &access); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
 	if len(problems) > 0 {
 		return nil, usage(errors.New(strings.Join(problems, "; ")))
 	}
+	creds, err := access.transport(addr)
+	if err != nil {
+		return nil, usage(err)
+	}
 	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithUserAgent("toolsvc-cli/"+buildVersion()))
 	if err != nil {
 		return nil, usage(fmt.Errorf("--addr %q: %w", addr, err))
@@ -139,8 +158,11 @@ func (f *clientFlags) connect(cmd *cobra.Command, lookupEnv env) (*client, error
 	if principal != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, auth.PrincipalHeader, principal)
 	}
+	if token != "" {
+		ctx = withToken(ctx, token)
+	}
 	return &client{
-		conn: conn, addr: addr, principal: principal, timeout: f.timeout,
+		conn: conn, addr: addr, principal: principal, access: access, timeout: f.timeout,
 		json: f.output == outputJSON, stdout: cmd.OutOrStdout(), stderr: cmd.ErrOrStderr(), ctx: ctx,
 	}, nil
 }
@@ -195,6 +217,10 @@ func (c *client) rpcError(err error) error {
 
 // hint explains errors that did not come from toolsvc itself.
 func (c *client) hint(st *status.Status) string {
+	if st.Code() == codes.Unauthenticated && !c.access.authenticates() {
+		return fmt.Sprintf("authenticate with a token (--%s, %s or --%s) or a client certificate (--%s and --%s)",
+			flagTokenFile, envToken, flagToken, flagCertFile, flagKeyFile)
+	}
 	for _, d := range st.Details() {
 		if _, ok := d.(*errdetails.ErrorInfo); ok {
 			return ""
@@ -536,5 +562,5 @@ func (c *client) connectionFlags() []string {
 	if c.principal != "" {
 		out = append(out, "--principal", shellQuote(c.principal))
 	}
-	return out
+	return append(out, c.access.flags()...)
 }

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/executor"
 	"github.com/toolsvc/toolsvc/internal/gate"
@@ -153,29 +152,30 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 		reaper.Run(runCtx)
 	}()
 
-	principals, err := cfg.DevPrincipals()
+	access, err := newAccess(cfg, opts.Now)
 	if err != nil {
 		return nil, err
-	}
-	authn, err := auth.NewDevAuthenticator(principals)
-	if err != nil {
-		return nil, fmt.Errorf("principals: %w", err)
 	}
 	limits := cfg.Server
 	if opts.HealthInterval > 0 {
 		limits.StoreProbeInterval = opts.HealthInterval
 	}
 	a.server, err = server.New(server.Options{
-		Logger:          log,
-		Store:           a.store,
-		Registry:        a.reg,
-		Authenticator:   authn,
-		Executor:        a.exec,
-		Health:          a.tracker,
-		Config:          limits,
-		ShutdownTimeout: cfg.ShutdownTimeout,
-		ShutdownGrace:   cfg.ShutdownGrace,
-		AuditPageBytes:  cfg.Audit.PageBytes,
+		Logger:                 log,
+		Store:                  a.store,
+		Registry:               a.reg,
+		Authenticator:          access.authn,
+		TLS:                    access.tls,
+		AuthenticateHealth:     cfg.Auth.Enabled && !cfg.Auth.PublicHealth,
+		AuthenticateReflection: cfg.Auth.Enabled && !cfg.Auth.PublicReflection,
+		Limits:                 access.limits,
+		RefusalAudit:           access.throttle,
+		Executor:               a.exec,
+		Health:                 a.tracker,
+		Config:                 limits,
+		ShutdownTimeout:        cfg.ShutdownTimeout,
+		ShutdownGrace:          cfg.ShutdownGrace,
+		AuditPageBytes:         cfg.Audit.PageBytes,
 	})
 	if err != nil {
 		return nil, err
@@ -291,9 +291,7 @@ func (a *App) Serve(ctx context.Context, lis net.Listener) error {
 	a.log.Info("toolsvc serving",
 		"listen", lis.Addr().String(), "store", a.cfg.StoreKind(), "tools", n,
 		"demo_tools", a.cfg.DemoToolsEnabled())
-	if !a.cfg.Auth.Enabled {
-		a.log.Warn("authentication is off: any caller may act as any principal (x-toolsvc-principal metadata); listening on loopback only")
-	}
+	a.logAccess()
 	err := a.server.Serve(ctx, lis)
 	// The gRPC server has stopped; Close (deferred) waits for outcomes
 	// still being recorded before it closes the store.

@@ -69,9 +69,16 @@ type Config struct {
 	Audit AuditConfig `mapstructure:"audit"`
 	// Auth configures authentication.
 	Auth AuthConfig `mapstructure:"auth"`
-	// Principals are development identities: a request naming one of these
-	// ids in x-toolsvc-principal gets exactly these roles and scopes; any
-	// other id gets every role and scope.
+	// TLS configures TLS and client certificates on the listener.
+	TLS TLSConfig `mapstructure:"tls"`
+	// PrincipalLimits are every principal's limits on each replica (with
+	// authentication on); principals[].limits override them.
+	PrincipalLimits LimitsConfig `mapstructure:"principal_limits"`
+	// Principals are the identities. With authentication on, each has the
+	// credentials that authenticate it (a token hash, certificate names) and
+	// nobody else can call. Off, a request naming one of these ids in
+	// x-toolsvc-principal gets exactly these roles and scopes, and any other
+	// id gets every role and scope.
 	Principals []PrincipalConfig `mapstructure:"principals"`
 	// Approvals configures approvals.
 	Approvals TTLConfig `mapstructure:"approvals"`
@@ -103,19 +110,14 @@ type AuditConfig struct {
 	Retention time.Duration `mapstructure:"retention"`
 }
 
-// AuthConfig configures authentication.
-type AuthConfig struct {
-	// Enabled must be false until token and mTLS authentication are built.
-	Enabled bool `mapstructure:"enabled"`
-}
-
 // TTLConfig is a section with a time to live.
 type TTLConfig struct {
 	TTL time.Duration `mapstructure:"ttl"`
 }
 
-// PrincipalConfig declares a development identity.
+// PrincipalConfig declares an identity.
 type PrincipalConfig struct {
+	// ID is the principal's id; it is canonicalised (auth.CanonicalPrincipalID).
 	ID     string   `mapstructure:"id"`
 	Roles  []string `mapstructure:"roles"`
 	Scopes []string `mapstructure:"scopes"`
@@ -123,6 +125,14 @@ type PrincipalConfig struct {
 	MaxAutonomy string `mapstructure:"max_autonomy"`
 	// DefaultAutonomy defaults to SUPERVISED, capped by MaxAutonomy.
 	DefaultAutonomy string `mapstructure:"default_autonomy"`
+	// TokenSHA256 is the SHA-256, in hex, of the bearer token that
+	// authenticates the principal (`toolsvc token new` prints both).
+	TokenSHA256 string `mapstructure:"token_sha256"`
+	// CertificateSANs are URI (with a ":") or DNS subject alternative names
+	// of client certificates that authenticate the principal.
+	CertificateSANs []string `mapstructure:"certificate_sans"`
+	// Limits override principal_limits for this principal.
+	Limits *PrincipalLimitsConfig `mapstructure:"limits"`
 }
 
 // Default returns the configuration with every default applied.
@@ -134,6 +144,8 @@ func Default() *Config {
 		ShutdownGrace:   DefaultShutdownGrace,
 		Server:          server.DefaultConfig(),
 		Audit:           AuditConfig{PageBytes: DefaultAuditPageBytes, Retention: DefaultAuditRetention},
+		Auth:            defaultAuth(),
+		PrincipalLimits: defaultLimits(),
 		Approvals:       TTLConfig{TTL: DefaultApprovalTTL},
 		Previews:        TTLConfig{TTL: DefaultPreviewTTL},
 		Gate:            gate.DefaultConfig(),
@@ -253,10 +265,8 @@ func (c *Config) Validate() error {
 	}
 	p.addErr("server", c.Server.Validate())
 	c.validateAudit(&p)
-	if c.Auth.Enabled {
-		p.add("auth.enabled", "authentication is not built yet; leave it false (the server then accepts connections on loopback only)")
-	}
 	c.validatePrincipals(&p)
+	c.validateAccess(&p)
 	switch {
 	case c.Approvals.TTL <= 0:
 		p.add("approvals.ttl", "must be positive, not %s", c.Approvals.TTL)
@@ -296,7 +306,7 @@ func (c *Config) validateAudit(p *problems) {
 }
 
 func (c *Config) validateListen(p *problems) {
-	host, port, err := net.SplitHostPort(c.Listen)
+	host, port, err := splitListen(c.Listen)
 	if err != nil {
 		p.add("listen", "want host:port (e.g. %s), got %q", DefaultListen, c.Listen)
 		return
@@ -304,11 +314,13 @@ func (c *Config) validateListen(p *problems) {
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		p.add("listen", "port must be a number from 0 to 65535, got %q", port)
 	}
-	// Until authentication is built this holds whatever auth.enabled says
-	// (enabling it is refused on its own).
-	if !loopback(host) {
+	if !c.Auth.Enabled && !loopback(host) {
 		p.add("listen", "%q is not a loopback address: authentication is off (see auth.enabled), so toolsvc only listens on loopback (127.0.0.1, ::1 or localhost); anyone who can connect may act as any principal", c.Listen)
 	}
+}
+
+func splitListen(listen string) (host, port string, err error) {
+	return net.SplitHostPort(listen)
 }
 
 // loopback reports whether host only ever means this machine. An empty host
@@ -325,12 +337,12 @@ func (c *Config) validatePrincipals(p *problems) {
 	seen := map[string]int{}
 	for i, pc := range c.Principals {
 		key := fmt.Sprintf("principals[%d]", i)
-		if err := auth.ValidatePrincipalID(pc.ID); err != nil {
+		if id, err := auth.CanonicalPrincipalID(pc.ID); err != nil {
 			p.add(key+".id", "%v", err)
-		} else if j, dup := seen[pc.ID]; dup {
-			p.add(key+".id", "%q is also principals[%d]", pc.ID, j)
+		} else if j, dup := seen[id]; dup {
+			p.add(key+".id", "%q is also principals[%d] (ids are compared as %q: trimmed, NFC, lowercase)", pc.ID, j, id)
 		} else {
-			seen[pc.ID] = i
+			seen[id] = i
 		}
 		if len(pc.Roles) == 0 {
 			p.add(key+".roles", "at least one role is required (agent, approver, operator)")
@@ -368,12 +380,16 @@ func parseAutonomy(s string, def toolkit.AutonomyLevel) (toolkit.AutonomyLevel, 
 	return toolkit.ParseAutonomyLevel(s)
 }
 
-// DevPrincipals returns the configured development principals. Call it on a
-// validated configuration.
+// DevPrincipals returns the configured principals (without their
+// credentials), their ids canonical. Call it on a validated configuration.
 func (c *Config) DevPrincipals() ([]*auth.Principal, error) {
 	out := make([]*auth.Principal, 0, len(c.Principals))
 	for i, pc := range c.Principals {
-		pr := &auth.Principal{ID: pc.ID, Scopes: slices.Clone(pc.Scopes)}
+		id, err := auth.CanonicalPrincipalID(pc.ID)
+		if err != nil {
+			return nil, fmt.Errorf("principals[%d].id: %w", i, err)
+		}
+		pr := &auth.Principal{ID: id, Scopes: slices.Clone(pc.Scopes)}
 		for _, r := range pc.Roles {
 			role, err := auth.ParseRole(r)
 			if err != nil {
@@ -383,7 +399,6 @@ func (c *Config) DevPrincipals() ([]*auth.Principal, error) {
 				pr.Roles = append(pr.Roles, role)
 			}
 		}
-		var err error
 		if pr.MaxAutonomy, err = parseAutonomy(pc.MaxAutonomy, toolkit.AutonomyAutonomous); err != nil {
 			return nil, fmt.Errorf("principals[%d].max_autonomy: %w", i, err)
 		}

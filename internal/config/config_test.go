@@ -190,7 +190,7 @@ func TestPrecedence(t *testing.T) {
 func TestFileWithManyErrorsReportsAll(t *testing.T) {
 	tools := writeFile(t, "tools.yaml", "tools:\n  - name: Bad Name\n    description: x\n")
 	file := writeFile(t, "bad.yaml", `
-listen: 0.0.0.0:50051
+listen: 0.0.0.0:99999
 migrate: true
 tools_file: `+tools+`
 log:
@@ -199,6 +199,8 @@ log:
 shutdown_timeout: 15
 auth:
   enabled: true
+tls:
+  cert_file: server.pem
 frobnicate: 1
 principals:
   - id: alice
@@ -226,14 +228,15 @@ idempotency:
 `)
 	_, err := config.Load(config.Sources{File: file})
 	ps := problemsOf(t, err)
-	requireProblem(t, ps, "listen", "loopback", "authentication is off")
+	requireProblem(t, ps, "listen", "port", "99999")
 	requireProblem(t, ps, "migrate", "database_url")
 	requireProblem(t, ps, "tools_file")
 	requireProblem(t, ps, "log.level", "loud")
 	requireProblem(t, ps, "log.colour", "unknown key")
 	requireProblem(t, ps, "frobnicate", "unknown key")
 	requireProblem(t, ps, "shutdown_timeout", "unit")
-	requireProblem(t, ps, "auth.enabled", "not built yet")
+	requireProblem(t, ps, "principals[0]", "no credential", "token_sha256", "certificate_sans")
+	requireProblem(t, ps, "tls.key_file", "required with tls.cert_file")
 	requireProblem(t, ps, "principals[0].roles[1]", "admin")
 	requireProblem(t, ps, "principals[0].default_autonomy", "above max_autonomy")
 	requireProblem(t, ps, "principals[1].id", "principals[0]")

@@ -65,6 +65,12 @@ const (
 	ReasonInternal             = "INTERNAL"
 )
 
+// Reasons of the per-principal limits (see package quota).
+const (
+	ReasonPrincipalRateLimited = "PRINCIPAL_RATE_LIMITED"
+	ReasonTooManyExecutions    = "TOO_MANY_EXECUTIONS"
+)
+
 // FieldViolation names one bad field of a request.
 type FieldViolation struct {
 	Field       string // path, e.g. "tool.actions[1].input_schema"

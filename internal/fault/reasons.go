@@ -36,6 +36,24 @@ func RoleRequired(principal, operation string, roles []string) *Error {
 	return e.With("roles", strings.Join(roles, ",")).With("operation", operation)
 }
 
+// PrincipalRateLimited: the principal has spent its calls per second on
+// this replica; retry says when the next call would be admitted.
+func PrincipalRateLimited(principal string, perSecond float64, burst int, retry time.Duration) *Error {
+	return New(ResourceExhausted, ReasonPrincipalRateLimited,
+		"principal %s is making calls faster than the %s per second (burst %d) it may; the call was not run; retry later",
+		q(principal), strconv.FormatFloat(perSecond, 'g', -1, 64), burst).
+		With("calls_per_second", strconv.FormatFloat(perSecond, 'g', -1, 64)).With("burst", strconv.Itoa(burst)).
+		WithRetry(retryOr(retry, time.Second))
+}
+
+// TooManyExecutions: the principal already has limit tool calls in
+// progress; the call did not run.
+func TooManyExecutions(principal string, limit int) *Error {
+	return New(ResourceExhausted, ReasonTooManyExecutions,
+		"principal %s already has %d tool calls in progress, the most it may; the call was not run; retry when one has finished",
+		q(principal), limit).With("concurrent_executions", strconv.Itoa(limit)).WithRetry(time.Second)
+}
+
 // ToolNotFound: no tool is registered under the name.
 func ToolNotFound(tool string) *Error {
 	return New(NotFound, ReasonToolNotFound, "no tool named %s is registered", q(tool)).With("tool", tool)

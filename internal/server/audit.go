@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
@@ -40,8 +41,14 @@ type auditServer struct {
 	pageBytes int
 }
 
-// ListAuditEvents returns events oldest first.
+// ListAuditEvents returns events oldest first: every event to operators,
+// to the others the events recorded under their own id (asking for
+// another principal's finds none).
 func (s *auditServer) ListAuditEvents(ctx context.Context, req *toolsvcv1.ListAuditEventsRequest) (*toolsvcv1.ListAuditEventsResponse, error) {
+	p, err := principalFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var v fault.Violations
 	size := int(req.GetPageSize())
 	switch {
@@ -72,6 +79,16 @@ func (s *auditServer) ListAuditEvents(ctx context.Context, req *toolsvcv1.ListAu
 	}
 	if err := v.Err("invalid request"); err != nil {
 		return nil, err
+	}
+	// Principal ids are stored canonical: so is the filter.
+	if id, err := auth.CanonicalPrincipalID(f.Principal); err == nil {
+		f.Principal = id
+	}
+	if !auth.ReadsAllAuditEvents(p) {
+		if f.Principal != "" && f.Principal != p.ID {
+			return &toolsvcv1.ListAuditEventsResponse{}, nil
+		}
+		f.Principal = p.ID
 	}
 	filters := auditListFilters{List: "audit", Types: f.Types, CallID: f.CallID, TraceID: f.TraceID,
 		TaskID: f.TaskID, Principal: f.Principal, Tool: f.Tool}

@@ -8,6 +8,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +28,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/executor"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/health"
+	"github.com/toolsvc/toolsvc/internal/quota"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
@@ -54,6 +56,20 @@ type Options struct {
 	Registry *registry.Registry
 	// Authenticator establishes each call's principal. Required.
 	Authenticator auth.Authenticator
+	// TLS, if set, serves TLS with it; the client certificates of its
+	// connections are handed to the Authenticator.
+	TLS *tls.Config
+	// AuthenticateHealth and AuthenticateReflection make grpc.health.v1 and
+	// server reflection require the credentials of some principal; by
+	// default they are open to anyone.
+	AuthenticateHealth, AuthenticateReflection bool
+	// Limits, if set, holds each principal to its calls per second and
+	// concurrent executions.
+	Limits *quota.Limiter
+	// RefusalAudit, if set, bounds the audit events of failed
+	// authentication (per peer address) and of limit refusals (per
+	// principal); nil audits every one.
+	RefusalAudit *quota.Throttle
 	// Executor serves ToolExecutionService and resolves approvals. Required.
 	Executor *executor.Executor
 	// Health serves ToolHealthService. Required.
@@ -162,10 +178,15 @@ func New(o Options) (*Server, error) {
 	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
 
 	faults := &decodeFaults{}
-	authz := &authorizer{authn: o.Authenticator, roles: methodRoles(), audit: o.Store, now: time.Now, log: log}
+	authz := &authorizer{
+		authn: transportAuth{authn: o.Authenticator}, roles: methodRoles(),
+		open:   openMethods(!o.AuthenticateHealth, !o.AuthenticateReflection),
+		limits: o.Limits, throttle: o.RefusalAudit, audit: o.Store, now: time.Now, log: log,
+	}
 	lim := &limiter{faults: faults, maxSend: cfg.MaxSendMessageBytes, authz: authz}
 	k := cfg.Keepalive
 	s.grpc = grpc.NewServer(
+		serverCredentials(o.TLS),
 		// The codec never fails a decode: it leaves the failure for the
 		// limiter, which answers it inside the error contract. gRPC's own
 		// limits are set above the configured ones, as a backstop.

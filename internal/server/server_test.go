@@ -289,7 +289,7 @@ func TestRoles(t *testing.T) {
 	reg := toolsvcv1.NewRegistryServiceClient(h.conn)
 	exec := toolsvcv1.NewToolExecutionServiceClient(h.conn)
 	appr := toolsvcv1.NewApprovalServiceClient(h.conn)
-	audit := toolsvcv1.NewAuditServiceClient(h.conn)
+	hl := toolsvcv1.NewToolHealthServiceClient(h.conn)
 
 	denied := func(t *testing.T, err error, roles string) {
 		t.Helper()
@@ -321,17 +321,17 @@ func TestRoles(t *testing.T) {
 	if code, info := errorInfo(t, err); code != codes.InvalidArgument || info == nil || info.Reason != "INVALID_REQUEST" {
 		t.Fatalf("agent ExecuteTool without an action: want INVALID_ARGUMENT, got %v", err)
 	}
-	_, err = appr.ListApprovals(as(ctx, "bot"), &toolsvcv1.ListApprovalsRequest{})
+	_, err = appr.ResolveApproval(as(ctx, "bot"), &toolsvcv1.ResolveApprovalRequest{ApprovalId: "x"})
 	denied(t, err, "approver")
-	_, err = audit.ListAuditEvents(as(ctx, "reviewer"), &toolsvcv1.ListAuditEventsRequest{})
+	_, err = hl.SetToolHealth(as(ctx, "reviewer"), &toolsvcv1.SetToolHealthRequest{Tool: "alpha"})
 	denied(t, err, "operator")
 
 	// A streaming RPC goes through the same check.
-	stream, err := appr.WatchApprovals(as(ctx, "ops"), &toolsvcv1.WatchApprovalsRequest{})
+	stream, err := hl.WatchToolHealth(as(ctx, "reviewer"), &toolsvcv1.WatchToolHealthRequest{})
 	if err == nil {
 		_, err = stream.Recv()
 	}
-	denied(t, err, "approver")
+	denied(t, err, "operator,agent")
 
 	// Unconfigured ids are development principals with every role.
 	if _, err := reg.DeregisterTool(as(ctx, "someone-else"), &toolsvcv1.DeregisterToolRequest{Name: "alpha"}); err != nil {

@@ -418,6 +418,8 @@ type ListApprovalsParams struct {
 	Limit  int
 	State  ApprovalState
 	Tool   string
+	// Requester, if set, selects the approvals of one principal's calls.
+	Requester string
 }
 
 // ResolveApprovalParams are ResolveApproval's inputs.
