@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/gate"
 	"github.com/toolsvc/toolsvc/internal/health"
@@ -101,6 +102,10 @@ type AuditConfig struct {
 	// Retention is how long events are kept; the reaper deletes older ones.
 	// 0 keeps them forever.
 	Retention time.Duration `mapstructure:"retention"`
+	// DetailMaxBytes bounds the encoded detail of each event of a call
+	// (arguments, results and messages ride in it); a larger detail is
+	// truncated with a marker (audit.EncodeDetail).
+	DetailMaxBytes int `mapstructure:"detail_max_bytes"`
 }
 
 // AuthConfig configures authentication.
@@ -133,12 +138,13 @@ func Default() *Config {
 		ShutdownTimeout: DefaultShutdownTimeout,
 		ShutdownGrace:   DefaultShutdownGrace,
 		Server:          server.DefaultConfig(),
-		Audit:           AuditConfig{PageBytes: DefaultAuditPageBytes, Retention: DefaultAuditRetention},
-		Approvals:       TTLConfig{TTL: DefaultApprovalTTL},
-		Previews:        TTLConfig{TTL: DefaultPreviewTTL},
-		Gate:            gate.DefaultConfig(),
-		Health:          health.DefaultConfig(),
-		Idempotency:     idempotency.DefaultConfig(),
+		Audit: AuditConfig{PageBytes: DefaultAuditPageBytes, Retention: DefaultAuditRetention,
+			DetailMaxBytes: audit.DefaultDetailMaxBytes},
+		Approvals:   TTLConfig{TTL: DefaultApprovalTTL},
+		Previews:    TTLConfig{TTL: DefaultPreviewTTL},
+		Gate:        gate.DefaultConfig(),
+		Health:      health.DefaultConfig(),
+		Idempotency: idempotency.DefaultConfig(),
 	}
 }
 
@@ -292,6 +298,9 @@ func (c *Config) validateAudit(p *problems) {
 	}
 	if c.Audit.Retention < 0 {
 		p.add("audit.retention", "must not be negative (0 keeps events forever), not %s", c.Audit.Retention)
+	}
+	if n := c.Audit.DetailMaxBytes; n < audit.MinDetailMaxBytes || n > audit.MaxDetailMaxBytes {
+		p.add("audit.detail_max_bytes", "must be between %d and %d bytes, not %d", audit.MinDetailMaxBytes, audit.MaxDetailMaxBytes, n)
 	}
 }
 

@@ -56,6 +56,10 @@ type Options struct {
 	OverrunGrace time.Duration
 	Now          func() time.Time
 	Logger       *slog.Logger
+
+	// AuditDetailMaxBytes bounds the detail of each event of a call.
+	// Default audit.DefaultDetailMaxBytes.
+	AuditDetailMaxBytes int
 }
 
 // Executor runs tool calls.
@@ -111,6 +115,9 @@ func New(o Options) (*Executor, error) {
 	}
 	if o.OverrunGrace <= 0 {
 		o.OverrunGrace = 2 * time.Second
+	}
+	if o.AuditDetailMaxBytes <= 0 {
+		o.AuditDetailMaxBytes = audit.DefaultDetailMaxBytes
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -1,10 +1,7 @@
 package server
 
 import (
-	"encoding/json"
 	"fmt"
-
-	"google.golang.org/protobuf/types/known/structpb"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/executor"
@@ -174,21 +171,11 @@ func auditEventToProto(e *store.AuditEvent) (*toolsvcv1.AuditEvent, error) {
 		Action: e.Action, Risk: riskToProto(e.Risk), GateDecision: decisions[e.Decision],
 		Outcome: outcomes[e.Outcome],
 	}
-	if len(e.Detail) > 0 {
-		// Details hold JSON values of any Go shape (times, raw JSON): pass
-		// them through JSON so structpb sees only plain values.
-		b, err := json.Marshal(e.Detail)
-		if err != nil {
-			return nil, fmt.Errorf("audit detail: %w", err)
-		}
-		var m map[string]any
-		if err := json.Unmarshal(b, &m); err != nil {
-			return nil, fmt.Errorf("audit detail: %w", err)
-		}
-		if pb.Detail, err = structpb.NewStruct(m); err != nil {
-			return nil, fmt.Errorf("audit detail: %w", err)
-		}
+	d, err := jsonToStruct(e.Detail)
+	if err != nil {
+		return nil, fmt.Errorf("audit event %s detail: %w", e.ID, err)
 	}
+	pb.Detail = d
 	return pb, nil
 }
 
