@@ -27,6 +27,9 @@ type approvalServer struct {
 
 // ListApprovals returns approvals newest first.
 func (s *approvalServer) ListApprovals(ctx context.Context, req *toolsvcv1.ListApprovalsRequest) (*toolsvcv1.ListApprovalsResponse, error) {
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
 	var v fault.Violations
 	state, ok := approvalStatesFromProto[req.GetState()]
 	if req.GetState() != toolsvcv1.ApprovalState_APPROVAL_STATE_UNSPECIFIED && !ok {
@@ -70,6 +73,9 @@ func (s *approvalServer) ListApprovals(ctx context.Context, req *toolsvcv1.ListA
 
 // GetApproval returns one approval.
 func (s *approvalServer) GetApproval(ctx context.Context, req *toolsvcv1.GetApprovalRequest) (*toolsvcv1.GetApprovalResponse, error) {
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
 	if req.GetApprovalId() == "" {
 		return nil, fault.Violations{{Field: "approval_id", Description: "is required"}}.Err("invalid request")
 	}
@@ -89,6 +95,9 @@ func (s *approvalServer) GetApproval(ctx context.Context, req *toolsvcv1.GetAppr
 
 // ResolveApproval approves or denies an approval.
 func (s *approvalServer) ResolveApproval(ctx context.Context, req *toolsvcv1.ResolveApprovalRequest) (*toolsvcv1.ResolveApprovalResponse, error) {
+	if err := checkText(req, "malformed ResolveApproval request"); err != nil {
+		return nil, err
+	}
 	p, err := principalFrom(ctx)
 	if err != nil {
 		return nil, err
@@ -115,6 +124,9 @@ func (s *approvalServer) ResolveApproval(ctx context.Context, req *toolsvcv1.Res
 
 // WatchApprovals streams pending approvals, then changes.
 func (s *approvalServer) WatchApprovals(req *toolsvcv1.WatchApprovalsRequest, stream toolsvcv1.ApprovalService_WatchApprovalsServer) error {
+	if err := checkText(req, "invalid request"); err != nil {
+		return err
+	}
 	if req.GetTool() != "" {
 		var v fault.Violations
 		checkToolName(&v, "tool", req.GetTool())

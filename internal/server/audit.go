@@ -42,6 +42,9 @@ type auditServer struct {
 
 // ListAuditEvents returns events oldest first.
 func (s *auditServer) ListAuditEvents(ctx context.Context, req *toolsvcv1.ListAuditEventsRequest) (*toolsvcv1.ListAuditEventsResponse, error) {
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
 	var v fault.Violations
 	size := int(req.GetPageSize())
 	switch {
