@@ -209,26 +209,4 @@ func quoteBytes(s string) []byte {
 }
 
 // depth returns how deeply the JSON text b nests objects and arrays.
-func depth(b []byte) int {
-	d, deepest := 0, 0
-	in, esc := false, false
-	for _, c := range b {
-		switch {
-		case in && esc:
-			esc = false
-		case in && c == '\\':
-			esc = true
-		case in && c == '"':
-			in = false
-		case in:
-		case c == '"':
-			in = true
-		case c == '{' || c == '[':
-			d++
-			deepest = max(deepest, d)
-		case c == '}' || c == ']':
-			d--
-		}
-	}
-	return deepest
-}
+func depth(b []byte) int { return safetext.Depth(b) }

@@ -2,7 +2,9 @@ package executor
 
 import (
 	"encoding/json"
+	"fmt"
 
+	"github.com/toolsvc/toolsvc/internal/idempotency"
 	"github.com/toolsvc/toolsvc/internal/safetext"
 )
 
@@ -34,11 +36,30 @@ func errText(err error) string {
 	return safetext.Bound(err.Error(), maxErrorText)
 }
 
+// maxValueDepth bounds how deeply a tool's value may nest: as deep as
+// arguments may (idempotency.MaxDepth). Each JSON level costs protobuf
+// several message levels, and clients refuse messages nested beyond 10000.
+const maxValueDepth = idempotency.MaxDepth
+
 // jsonValue encodes a value a tool returned (a result's or a preview's) as
-// JSON in valid UTF-8; nil stays nil. It fails if the value is not JSON.
+// JSON in valid UTF-8; nil stays nil. It fails if the value is not JSON or
+// is JSON the API cannot carry — a number out of the double range that a
+// google.protobuf.Value holds, nesting beyond maxValueDepth — so that a
+// stored value is always one every response and replay can return.
 func jsonValue(v any) (json.RawMessage, error) {
 	if v == nil {
 		return nil, nil
 	}
-	return safetext.MarshalJSON(v)
+	b, err := safetext.MarshalJSON(v)
+	if err != nil {
+		return nil, err
+	}
+	if d := safetext.Depth(b); d > maxValueDepth {
+		return nil, fmt.Errorf("the value nests %d deep, at most %d is allowed", d, maxValueDepth)
+	}
+	var x any
+	if err := json.Unmarshal(b, &x); err != nil {
+		return nil, fmt.Errorf("the value cannot be carried by the API: %w", err)
+	}
+	return b, nil
 }

@@ -128,3 +128,29 @@ func MarshalJSON(v any) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// Depth returns how deeply the JSON text b nests objects and arrays (0 for
+// a scalar). It scans without decoding; b should be JSON.
+func Depth(b []byte) int {
+	d, deepest := 0, 0
+	in, esc := false, false
+	for _, c := range b {
+		switch {
+		case in && esc:
+			esc = false
+		case in && c == '\\':
+			esc = true
+		case in && c == '"':
+			in = false
+		case in:
+		case c == '"':
+			in = true
+		case c == '{' || c == '[':
+			d++
+			deepest = max(deepest, d)
+		case c == '}' || c == ']':
+			d--
+		}
+	}
+	return deepest
+}

@@ -3,9 +3,12 @@ package server
 import (
 	"fmt"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/executor"
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
 
@@ -173,7 +176,11 @@ func auditEventToProto(e *store.AuditEvent) (*toolsvcv1.AuditEvent, error) {
 	}
 	d, err := jsonToStruct(e.Detail)
 	if err != nil {
-		return nil, fmt.Errorf("audit event %s detail: %w", e.ID, err)
+		// One event the API cannot carry must not make every page that
+		// holds it fail: it is shown with what went wrong instead.
+		d = &structpb.Struct{Fields: map[string]*structpb.Value{
+			"detail_error": structpb.NewStringValue(safetext.Bound("the stored detail cannot be shown: "+err.Error(), 200)),
+		}}
 	}
 	pb.Detail = d
 	return pb, nil
