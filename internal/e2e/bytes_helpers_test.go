@@ -197,6 +197,9 @@ type byteRun struct {
 }
 
 func (r *byteRun) note(what string, v any) {
+	if res, ok := v.(rpcResult); ok && res.err == nil && res.resp != nil {
+		wantMarshals(r, what, res.resp)
+	}
 	r.transcript = append(r.transcript, what+": "+describe(v))
 }
 

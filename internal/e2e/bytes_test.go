@@ -160,6 +160,20 @@ func byteCases(bigError string) []byteCase {
 			},
 		},
 		{
+			// Found by FuzzPipeline: the Postgres store re-encodes a
+			// result's value HTML-escaped, so a value kept in another form
+			// replayed with other model text than its first answer.
+			name:   "a raw JSON value with HTML characters and spaces replays as first answered",
+			req:    echo(map[string]any{"raw_value": b64(`{ "a" : "<b>&amp;</b>" , "b" : [ 1 , 2 ] }`)}, "k"),
+			replay: true,
+			check: func(t testing.TB, r *byteRun) {
+				wantOutcome(t, r, succeeded)
+				if r.replayed.Result.ModelText != r.resp.Result.ModelText || r.call.Result.ModelText != r.resp.Result.ModelText {
+					t.Fatalf("model text %q, replayed %q, stored %q", r.resp.Result.ModelText, r.replayed.Result.ModelText, r.call.Result.ModelText)
+				}
+			},
+		},
+		{
 			// Valid JSON, but a google.protobuf.Value holds a double: the
 			// value was stored and every answer, replay and audit page
 			// holding it failed with INTERNAL.

@@ -3,6 +3,7 @@ package executor
 import (
 	"encoding/json"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/toolsvc/toolsvc/internal/idempotency"
 	"github.com/toolsvc/toolsvc/internal/safetext"
@@ -46,13 +47,27 @@ const maxValueDepth = idempotency.MaxDepth
 // is JSON the API cannot carry — a number out of the double range that a
 // google.protobuf.Value holds, nesting beyond maxValueDepth — so that a
 // stored value is always one every response and replay can return.
+//
+// The encoding is encoding/json's, HTML escaping included: the Postgres
+// store encodes a result (value included) with it, so a value in any other
+// form ("&" where it writes "\u0026") would replay differently there than
+// from the memory store, and differ from the first answer's model text.
 func jsonValue(v any) (json.RawMessage, error) {
 	if v == nil {
 		return nil, nil
 	}
-	b, err := safetext.MarshalJSON(v)
+	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
+	}
+	if !utf8.Valid(b) {
+		// A json.RawMessage passed invalid UTF-8 through.
+		if b, err = safetext.JSON(b); err != nil {
+			return nil, err
+		}
+		if b, err = json.Marshal(json.RawMessage(b)); err != nil {
+			return nil, err
+		}
 	}
 	if d := safetext.Depth(b); d > maxValueDepth {
 		return nil, fmt.Errorf("the value nests %d deep, at most %d is allowed", d, maxValueDepth)
