@@ -32,6 +32,11 @@ func checkText(req proto.Message, summary string) error {
 	return v.Err(summary)
 }
 
+// CheckRequestText is the check every handler makes first, for clients
+// that would rather refuse a request than send it (the CLI): a
+// *fault.Error naming each text field with NUL or invalid UTF-8, or nil.
+func CheckRequestText(req proto.Message) error { return checkText(req, "invalid request") }
+
 // walkText checks the set text fields of m, naming each by its path from
 // the request ("tool.actions[2].name", "types[0]").
 func walkText(v *fault.Violations, m protoreflect.Message, prefix string) {
