@@ -38,7 +38,7 @@ func TestEncodeDetailKeepsWhatFits(t *testing.T) {
 		"arguments": json.RawMessage(`{"x":"\u0000","n":12345678901234567890}`),
 		"count":     3,
 	}, DefaultDetailMaxBytes)
-	want := `{"arguments":{"x":"\u0000","n":12345678901234567890},"count":3,"message":"a\u0000b <tag> & é 😀"}`
+	want := `{"arguments":{"x":"\u0000","n":12345678901234567890},"count":3,"message":"a\u0000b \u003ctag\u003e \u0026 é 😀"}`
 	if string(got) != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,7 +38,7 @@ const (
 )
 
 // EncodeDetail encodes detail as the JSON object an event carries: compact,
-// valid UTF-8, keys sorted, no HTML escaping. Strings keep what they hold,
+// valid UTF-8, keys sorted (encoding/json's form). Strings keep what they hold,
 // NUL included (escaped as \u0000), so that arguments are audited as they
 // were sent.
 //
@@ -60,39 +59,39 @@ func EncodeDetail(detail map[string]any, maxBytes int) json.RawMessage {
 		return nil
 	}
 	maxBytes = max(maxBytes, MinDetailMaxBytes)
-	// Each value is encoded once, on its own: an object's encoding is its
-	// sorted keys with each value's own encoding, so the whole is assembled
-	// from the parts, and a detail too large is cut from the same parts.
+	b, err := marshal(detail)
+	if err != nil {
+		return encodeError(err)
+	}
+	if len(b) <= maxBytes && depth(b) <= MaxDetailDepth {
+		return b
+	}
+	// Too large or too deep (rare): each field is encoded on its own, the
+	// way it is inside the whole, to choose what fits.
 	fields := make([]*field, 0, len(detail))
-	size, fits := 1, true // "{" … "}", less the first field's comma
 	for k, v := range detail {
-		b, err := safetext.MarshalJSON(v)
+		fb, err := marshal(v)
 		if err != nil {
-			return encodeError(fmt.Errorf("field %s: %w", quote(k), err))
+			return encodeError(err)
 		}
-		f := &field{key: k, prefix: "," + quote(k) + ":", value: b}
+		f := &field{key: k, prefix: "," + quote(k) + ":", value: fb}
 		if s, ok := v.(string); ok {
 			f.text, f.isText = s, true
 		}
 		fields = append(fields, f)
-		size += len(f.prefix) + len(b)
-		fits = fits && depth(b) < MaxDetailDepth
 	}
-	if size <= maxBytes && fits {
-		slices.SortFunc(fields, byKey)
-		buf := make([]byte, 0, size)
-		for i, f := range fields {
-			if i == 0 {
-				buf = append(buf, '{')
-				buf = append(buf, f.prefix[1:]...)
-			} else {
-				buf = append(buf, f.prefix...)
-			}
-			buf = append(buf, f.value...)
-		}
-		return append(buf, '}')
+	return truncated(fields, len(b), maxBytes)
+}
+
+// marshal is encoding/json's encoding (pooled, and the one results are
+// stored with), made valid UTF-8 where a json.RawMessage passed invalid
+// bytes through.
+func marshal(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
 	}
-	return truncated(fields, size, maxBytes)
+	return safetext.JSON(b)
 }
 
 // field is one field of a detail: its key, the key encoded with a leading
@@ -108,7 +107,7 @@ func byKey(a, b *field) int { return strings.Compare(a.key, b.key) }
 
 // encodeError is the detail of a detail that cannot be encoded.
 func encodeError(err error) json.RawMessage {
-	b, _ := safetext.MarshalJSON(map[string]string{keyError: safetext.Bound(err.Error(), 200)})
+	b, _ := marshal(map[string]string{keyError: safetext.Bound(err.Error(), 200)})
 	return b
 }
 
@@ -201,7 +200,7 @@ func fitString(s string, room int) []byte {
 func quote(s string) string { return string(quoteBytes(s)) }
 
 func quoteBytes(s string) []byte {
-	b, err := safetext.MarshalJSON(s)
+	b, err := marshal(s)
 	if err != nil { // a string always encodes
 		return []byte(`""`)
 	}

@@ -3,7 +3,6 @@ package executor
 import (
 	"encoding/json"
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/toolsvc/toolsvc/internal/idempotency"
 	"github.com/toolsvc/toolsvc/internal/safetext"
@@ -60,14 +59,8 @@ func jsonValue(v any) (json.RawMessage, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !utf8.Valid(b) {
-		// A json.RawMessage passed invalid UTF-8 through.
-		if b, err = safetext.JSON(b); err != nil {
-			return nil, err
-		}
-		if b, err = json.Marshal(json.RawMessage(b)); err != nil {
-			return nil, err
-		}
+	if b, err = safetext.JSON(b); err != nil { // a json.RawMessage may hold invalid UTF-8
+		return nil, err
 	}
 	if d := safetext.Depth(b); d > maxValueDepth {
 		return nil, fmt.Errorf("the value nests %d deep, at most %d is allowed", d, maxValueDepth)

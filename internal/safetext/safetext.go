@@ -89,13 +89,13 @@ func Bound(s string, max int) string { return Truncate(Clean(s), max) }
 func Quote(s string) string { return strconv.Quote(Bound(s, QuoteLimit)) }
 
 // JSON returns raw, a JSON document, as valid UTF-8: raw itself when it is
-// already, else the document re-encoded with every invalid byte sequence in
-// its strings replaced by U+FFFD (numbers keep their text). Postgres refuses
-// invalid UTF-8 in json columns and protobuf in strings, while Go's encoder
-// passes a json.RawMessage through unchecked: tools and upstream servers
-// that hand back raw JSON are cleaned here before it is stored. NUL stays
-// (escaped as \u0000, it is valid JSON text). It fails only if raw is not
-// JSON.
+// already, else the document re-encoded (encoding/json) with every invalid
+// byte sequence in its strings replaced by U+FFFD; numbers keep their text.
+// Postgres refuses invalid UTF-8 in json columns and protobuf in strings,
+// while Go's encoder passes a json.RawMessage through unchecked: tools and
+// upstream servers that hand back raw JSON are cleaned with it before it is
+// stored. NUL stays (escaped as \u0000, it is valid JSON text). It fails
+// only if raw is not JSON.
 func JSON(raw []byte) ([]byte, error) {
 	if utf8.Valid(raw) {
 		return raw, nil
@@ -109,24 +109,7 @@ func JSON(raw []byte) ([]byte, error) {
 	if _, err := dec.Token(); err == nil {
 		return nil, errors.New("invalid JSON: data after the document")
 	}
-	return MarshalJSON(v)
-}
-
-// MarshalJSON encodes v as compact JSON without HTML escaping (text stays
-// readable: "<" is stored as "<", not "\u003c"), always valid UTF-8.
-func MarshalJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	if !utf8.Valid(b) {
-		// A json.RawMessage inside v carried invalid UTF-8 through.
-		return JSON(b)
-	}
-	return b, nil
+	return json.Marshal(v)
 }
 
 // Depth returns how deeply the JSON text b nests objects and arrays (0 for
