@@ -146,10 +146,9 @@ func TestPostgresStoreRoundTrips(t *testing.T) {
 		return c
 	}
 	event := func(callID string) []store.AuditEvent {
-		return []store.AuditEvent{audit.New(audit.ToolCallAttempted, store.AuditEvent{
+		return []store.AuditEvent{audit.NewDetail(audit.ToolCallAttempted, store.AuditEvent{
 			Time: now, CallID: callID, Principal: principal, Tool: "files", Action: "write",
-			Detail: map[string]any{"attempt": 1},
-		})}
+		}, map[string]any{"attempt": 1})}
 	}
 	claim := func(c *store.Call) {
 		p := store.ClaimCallParams{Call: c, Lease: time.Minute, Events: event(c.ID)}

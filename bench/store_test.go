@@ -32,10 +32,9 @@ func BenchmarkPostgresStore(b *testing.B) {
 	now := time.Now().UTC()
 	var seq atomic.Uint64
 	event := func(typ, callID string) []store.AuditEvent {
-		return []store.AuditEvent{audit.New(typ, store.AuditEvent{
+		return []store.AuditEvent{audit.NewDetail(typ, store.AuditEvent{
 			Time: now, CallID: callID, Principal: principal, Tool: "echo", Action: "echo",
-			Detail: map[string]any{"attempt": 1, "probe": false},
-		})}
+		}, map[string]any{"attempt": 1, "probe": false})}
 	}
 	reserveRecord := func() op {
 		return op{name: "reserve+record", do: func(ctx context.Context) error {

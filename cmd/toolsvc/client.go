@@ -28,6 +28,8 @@ import (
 
 	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/config"
+	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/server"
 )
 
 // Exit codes of the client commands, beyond those in main.go.
@@ -150,7 +152,9 @@ func (f *clientFlags) connect(cmd *cobra.Command, lookupEnv env) (*client, error
 	}
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(creds),
-		grpc.WithUserAgent("toolsvc-cli/"+buildVersion()))
+		grpc.WithUserAgent("toolsvc-cli/"+buildVersion()),
+		grpc.WithChainUnaryInterceptor(checkTextUnary),
+		grpc.WithChainStreamInterceptor(checkTextStream))
 	if err != nil {
 		return nil, usage(fmt.Errorf("--addr %q: %w", addr, err))
 	}
@@ -165,6 +169,50 @@ func (f *clientFlags) connect(cmd *cobra.Command, lookupEnv env) (*client, error
 		conn: conn, addr: addr, principal: principal, access: access, timeout: f.timeout,
 		json: f.output == outputJSON, stdout: cmd.OutOrStdout(), stderr: cmd.ErrOrStderr(), ctx: ctx,
 	}, nil
+}
+
+// checkTextUnary refuses, as a usage error, a request whose text (an
+// argument or flag: an id, a name, a comment...) holds NUL or invalid UTF-8:
+// the server would refuse it, and protobuf cannot even send invalid UTF-8.
+func checkTextUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if err := checkText(req); err != nil {
+		return err
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func checkTextStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &checkedStream{ClientStream: s}, nil
+}
+
+// checkedStream checks each request it sends.
+type checkedStream struct{ grpc.ClientStream }
+
+func (s *checkedStream) SendMsg(m any) error {
+	if err := checkText(m); err != nil {
+		return err
+	}
+	return s.ClientStream.SendMsg(m)
+}
+
+func checkText(req any) error {
+	m, ok := req.(proto.Message)
+	if !ok {
+		return nil
+	}
+	err := server.CheckRequestText(m)
+	if f, ok := fault.As(err); ok {
+		problems := make([]string, len(f.Violations))
+		for i, v := range f.Violations {
+			problems[i] = v.Field + ": " + v.Description
+		}
+		return usage(errors.New(strings.Join(problems, "; ")))
+	}
+	return err
 }
 
 // withClient connects, runs fn and closes the connection.
@@ -204,6 +252,10 @@ func unary[T any](c *client, fn func(ctx context.Context) (T, error)) (T, error)
 // server attached, readably; in json mode the google.rpc.Status as protojson
 // on stderr. It returns the exit error (code 4).
 func (c *client) rpcError(err error) error {
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return err // refused before it was sent (checkText)
+	}
 	st := status.Convert(err)
 	if c.json {
 		if b, jerr := marshalJSON(st.Proto(), true); jerr == nil {

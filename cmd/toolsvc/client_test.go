@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -695,10 +696,23 @@ func TestClientUsageErrors(t *testing.T) {
 		{"audit", "list", "--since", "yesterday"},
 		{"audit", "list", "--since", "-1h"},
 		{"audit", "list", "extra"},
+		// Text the server would refuse, refused before it is sent.
+		{"calls", "get", "--id", "bad\xffid"},
+		{"calls", "resolve", "x", "--outcome", "failed", "--comment", "a\x00b"},
+		{"tools", "get", "ech\xc3"},
+		{"approvals", "approve", "x", "--comment", "\xff"},
+		{"health", "drain", "echo", "--reason", "down\x00"},
+		{"health", "watch", "echo", "\xff"},
+		{"call", "echo", "echo", "--key", "k\xff"},
 	} {
 		code, stdout, stderr := cli(t, addr, args...)
 		if code != exitUsage || !strings.HasPrefix(stderr, "toolsvc: ") || stdout != "" {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+		if bad := strings.Join(args, " "); !utf8.ValidString(bad) || strings.Contains(bad, "\x00") {
+			if !strings.Contains(stderr, "must be valid UTF-8") && !strings.Contains(stderr, "must not contain NUL") {
+				t.Errorf("%q: stderr %q does not say what is wrong", args, stderr)
+			}
 		}
 	}
 }

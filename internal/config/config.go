@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/gate"
 	"github.com/toolsvc/toolsvc/internal/health"
@@ -108,6 +109,10 @@ type AuditConfig struct {
 	// Retention is how long events are kept; the reaper deletes older ones.
 	// 0 keeps them forever.
 	Retention time.Duration `mapstructure:"retention"`
+	// DetailMaxBytes bounds the encoded detail of each event of a call
+	// (arguments, results and messages ride in it); a larger detail is
+	// truncated with a marker (audit.EncodeDetail).
+	DetailMaxBytes int `mapstructure:"detail_max_bytes"`
 }
 
 // TTLConfig is a section with a time to live.
@@ -143,7 +148,8 @@ func Default() *Config {
 		ShutdownTimeout: DefaultShutdownTimeout,
 		ShutdownGrace:   DefaultShutdownGrace,
 		Server:          server.DefaultConfig(),
-		Audit:           AuditConfig{PageBytes: DefaultAuditPageBytes, Retention: DefaultAuditRetention},
+		Audit: AuditConfig{PageBytes: DefaultAuditPageBytes, Retention: DefaultAuditRetention,
+			DetailMaxBytes: audit.DefaultDetailMaxBytes},
 		Auth:            defaultAuth(),
 		PrincipalLimits: defaultLimits(),
 		Approvals:       TTLConfig{TTL: DefaultApprovalTTL},
@@ -302,6 +308,9 @@ func (c *Config) validateAudit(p *problems) {
 	}
 	if c.Audit.Retention < 0 {
 		p.add("audit.retention", "must not be negative (0 keeps events forever), not %s", c.Audit.Retention)
+	}
+	if n := c.Audit.DetailMaxBytes; n < audit.MinDetailMaxBytes || n > audit.MaxDetailMaxBytes {
+		p.add("audit.detail_max_bytes", "must be between %d and %d bytes, not %d", audit.MinDetailMaxBytes, audit.MaxDetailMaxBytes, n)
 	}
 }
 

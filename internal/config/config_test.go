@@ -412,3 +412,18 @@ audit:
 	requireProblem(t, ps, "audit.page_bytes", "server.max_send_message_bytes")
 	requireProblem(t, ps, "audit.retention", "negative")
 }
+
+func TestAuditDetailMaxBytes(t *testing.T) {
+	cfg, err := config.Load(config.Sources{Env: envOf(map[string]string{"TOOLSVC_AUDIT_DETAIL_MAX_BYTES": "4096"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Audit.DetailMaxBytes != 4096 {
+		t.Fatalf("audit.detail_max_bytes = %d, want 4096", cfg.Audit.DetailMaxBytes)
+	}
+	if config.Default().Audit.DetailMaxBytes != 16<<10 {
+		t.Fatalf("default audit.detail_max_bytes = %d, want 16 KiB", config.Default().Audit.DetailMaxBytes)
+	}
+	_, err = config.Load(config.Sources{File: writeFile(t, "c.yaml", "audit:\n  detail_max_bytes: 100\n")})
+	requireProblem(t, problemsOf(t, err), "audit.detail_max_bytes", "between 1024 and 1048576")
+}

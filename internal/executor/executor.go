@@ -33,6 +33,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/idempotency"
 	"github.com/toolsvc/toolsvc/internal/policy"
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
@@ -56,6 +57,10 @@ type Options struct {
 	OverrunGrace time.Duration
 	Now          func() time.Time
 	Logger       *slog.Logger
+
+	// AuditDetailMaxBytes bounds the detail of each event of a call.
+	// Default audit.DefaultDetailMaxBytes.
+	AuditDetailMaxBytes int
 }
 
 // Executor runs tool calls.
@@ -111,6 +116,9 @@ func New(o Options) (*Executor, error) {
 	}
 	if o.OverrunGrace <= 0 {
 		o.OverrunGrace = 2 * time.Second
+	}
+	if o.AuditDetailMaxBytes <= 0 {
+		o.AuditDetailMaxBytes = audit.DefaultDetailMaxBytes
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -463,8 +471,9 @@ func (e *Executor) checkEnvelope(ctx context.Context, c *call) error {
 		v.Add("context.autonomy_level", "unknown autonomy level")
 	}
 	for i, s := range r.Scopes {
-		if s == "" || strings.ContainsAny(s, " \t\r\n") || len(s) > 256 {
-			v.Add(fmt.Sprintf("context.scopes[%d]", i), "must be a non-empty scope without whitespace")
+		field := fmt.Sprintf("context.scopes[%d]", i)
+		if v.CheckText(field, s) && (s == "" || strings.ContainsAny(s, " \t\r\n") || len(s) > 256) {
+			v.Add(field, "must be a non-empty scope without whitespace")
 		}
 	}
 	raw := r.Arguments
@@ -557,12 +566,9 @@ func printable(s string) bool {
 	return true
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
-}
+// truncate bounds text a caller sent for an audit event, on a character
+// boundary.
+func truncate(s string, n int) string { return safetext.Bound(s, n) }
 
 // newID returns a UUIDv7 (sortable by creation time).
 func newID() string {

@@ -62,7 +62,7 @@ func (e *Executor) parkForPreview(ctx context.Context, c *call) (*Response, erro
 	pr, err := e.runPreview(ctx, c)
 	var value json.RawMessage
 	if err == nil && pr.Value != nil {
-		value, err = json.Marshal(pr.Value)
+		value, err = jsonValue(pr.Value)
 		if err != nil {
 			err = fmt.Errorf("preview value is not JSON: %w", err)
 		}
@@ -77,7 +77,7 @@ func (e *Executor) parkForPreview(ctx context.Context, c *call) (*Response, erro
 	pv := &store.Preview{
 		Token: newToken(), CallID: c.callID, PrincipalID: c.principal.ID, IdempotencyKey: c.key,
 		Fingerprint: c.fingerprint, Tool: c.tool.Name, Action: c.action.Name, ToolVersion: c.tool.Version,
-		Message: pr.Message, Value: value, State: store.PreviewPending,
+		Message: toolText(pr.Message), Value: value, State: store.PreviewPending,
 		CreatedAt: now, ExpiresAt: now.Add(e.opts.PreviewTTL),
 		ToolIncarnation: c.tool.Incarnation,
 	}

@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -16,9 +15,6 @@ import (
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
-
-// maxErrorText bounds tool error text carried into results and audit rows.
-const maxErrorText = 500
 
 // reserveTimeout bounds the commit that reserves a key. It runs detached
 // from the caller (see detached): whether a reservation committed must be
@@ -346,10 +342,10 @@ func (e *Executor) decide(base context.Context, c *call, rec *store.Call, adm he
 	case out.res == nil:
 		fail(store.CallFailed, "the tool failed: it returned no result", toolErr("no result"))
 	default:
-		r := &store.Result{Success: out.res.Success, Message: out.res.Message,
+		r := &store.Result{Success: out.res.Success, Message: toolText(out.res.Message),
 			ExcludeValueFromContext: out.res.ExcludeValueFromContext}
 		if out.res.Value != nil {
-			v, err := json.Marshal(out.res.Value)
+			v, err := jsonValue(out.res.Value)
 			if err != nil {
 				fail(store.CallFailed, "the tool failed: its result value is not JSON", toolErr("result not JSON"))
 				break
@@ -409,12 +405,4 @@ func deadlineMessage(c *call, out toolOutcome) string {
 			out.allowed.Round(100*time.Millisecond))
 	}
 	return fmt.Sprintf("the tool did not finish within its timeout (%s)", timeoutOf(c.tool))
-}
-
-// errText is an error's text bounded for results and audit rows.
-func errText(err error) string {
-	if err == nil {
-		return "no detail"
-	}
-	return truncate(err.Error(), maxErrorText)
 }

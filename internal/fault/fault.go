@@ -146,6 +146,19 @@ func (v *Violations) Add(field, format string, args ...any) {
 	*v = append(*v, FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
 }
 
+// CheckText records a violation of field when s is not valid UTF-8 or holds
+// NUL (U+0000), and reports whether s passed. Identifiers, names, keys,
+// comments and filters that callers send are refused this way, never
+// repaired: a repaired id would name something else, and Postgres cannot
+// store either in a text column while the memory store could.
+func (v *Violations) CheckText(field, s string) bool {
+	if err := safetext.Check(s); err != nil {
+		v.Add(field, "%s", err.Error())
+		return false
+	}
+	return true
+}
+
 // Err returns an INVALID_ARGUMENT error listing every violation, or nil.
 func (v Violations) Err(summary string) error {
 	if len(v) == 0 {

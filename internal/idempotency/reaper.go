@@ -155,7 +155,7 @@ func (r *Reaper) full(s ReapStats) bool {
 
 // UnknownEvent is the tool_call.unknown event of a call whose lease expired.
 func UnknownEvent(c *store.Call, now time.Time) store.AuditEvent {
-	return audit.New(audit.ToolCallUnknown, store.AuditEvent{
+	return audit.NewDetail(audit.ToolCallUnknown, store.AuditEvent{
 		Time:      now,
 		CallID:    c.ID,
 		TraceID:   c.TraceID,
@@ -167,14 +167,13 @@ func UnknownEvent(c *store.Call, now time.Time) store.AuditEvent {
 		Risk:      c.Risk,
 		Decision:  c.Decision,
 		Outcome:   store.OutcomeUnknown,
-		Detail:    map[string]any{"reason": "lease_expired"},
-	})
+	}, map[string]any{"reason": "lease_expired"})
 }
 
 // ApprovalExpiredEvent is the approval.expired event of an approval nobody
 // resolved (or used) in time.
 func ApprovalExpiredEvent(a *store.Approval, now time.Time) store.AuditEvent {
-	return audit.New(audit.ApprovalExpired, store.AuditEvent{
+	return audit.NewDetail(audit.ApprovalExpired, store.AuditEvent{
 		Time:      now,
 		CallID:    a.CallID,
 		TraceID:   a.TraceID,
@@ -185,12 +184,11 @@ func ApprovalExpiredEvent(a *store.Approval, now time.Time) store.AuditEvent {
 		Action:    a.Action,
 		Risk:      a.Risk,
 		Decision:  store.DecisionConfirm,
-		Detail: map[string]any{
-			"approval_id": a.ID,
-			// PENDING: nobody resolved it; APPROVED: approved but never used.
-			"was":         string(stateBeforeExpiry(a)),
-			"expire_time": a.ExpiresAt.UTC().Format(time.RFC3339Nano),
-		},
+	}, map[string]any{
+		"approval_id": a.ID,
+		// PENDING: nobody resolved it; APPROVED: approved but never used.
+		"was":         string(stateBeforeExpiry(a)),
+		"expire_time": a.ExpiresAt.UTC().Format(time.RFC3339Nano),
 	})
 }
 
@@ -198,16 +196,15 @@ func ApprovalExpiredEvent(a *store.Approval, now time.Time) store.AuditEvent {
 // nobody presented in time. The token itself stays out of the trail: until
 // it expired it was a credential that executes the call.
 func PreviewExpiredEvent(p *store.Preview, now time.Time) store.AuditEvent {
-	return audit.New(audit.PreviewExpired, store.AuditEvent{
+	return audit.NewDetail(audit.PreviewExpired, store.AuditEvent{
 		Time:      now,
 		CallID:    p.CallID,
 		Principal: p.PrincipalID,
 		Tool:      p.Tool,
 		Action:    p.Action,
 		Decision:  store.DecisionPreview,
-		Detail: map[string]any{
-			"expire_time": p.ExpiresAt.UTC().Format(time.RFC3339Nano),
-		},
+	}, map[string]any{
+		"expire_time": p.ExpiresAt.UTC().Format(time.RFC3339Nano),
 	})
 }
 

@@ -433,6 +433,9 @@ func TestResourceOf(t *testing.T) {
 		{`{}`, ""},
 		{``, ""},
 		{`[1]`, ""},
+		// NUL cannot be stored in a text column: the JSON text names it.
+		{`{"id":"a\u0000b"}`, `"a\u0000b"`},
+		{`{"id":"日本 😀"}`, "日本 😀"},
 	}
 	for _, c := range cases {
 		if got := ResourceOf(a, json.RawMessage(c.args)); got != c.want {

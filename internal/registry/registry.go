@@ -664,32 +664,29 @@ func approvalInvalidatedEvent(a *store.Approval, now time.Time, actor string) st
 	if !a.ResolvedAt.IsZero() {
 		was = store.ApprovalApproved
 	}
-	return audit.New(audit.ApprovalInvalidated, store.AuditEvent{
+	return audit.NewDetail(audit.ApprovalInvalidated, store.AuditEvent{
 		Time: now, CallID: a.CallID, TraceID: a.TraceID, TaskID: a.TaskID, StepID: a.StepID,
 		Principal: a.Requester, Tool: a.Tool, Action: a.Action, Risk: a.Risk, Decision: store.DecisionConfirm,
-		Detail: map[string]any{
-			"approval_id": a.ID, "reason": "tool_deregistered", "was": string(was),
-			"approved_version": a.ToolVersion, "deregistered_by": actor,
-		},
+	}, map[string]any{
+		"approval_id": a.ID, "reason": "tool_deregistered", "was": string(was),
+		"approved_version": a.ToolVersion, "deregistered_by": actor,
 	})
 }
 
 // previewExpiredEvent is the preview.expired event of a preview whose tool
 // was deregistered (by actor). The token stays out of the trail.
 func previewExpiredEvent(p *store.Preview, now time.Time, actor string) store.AuditEvent {
-	return audit.New(audit.PreviewExpired, store.AuditEvent{
+	return audit.NewDetail(audit.PreviewExpired, store.AuditEvent{
 		Time: now, CallID: p.CallID, Principal: p.PrincipalID, Tool: p.Tool, Action: p.Action,
 		Decision: store.DecisionPreview,
-		Detail:   map[string]any{"reason": "tool_deregistered", "preview_version": p.ToolVersion, "deregistered_by": actor},
-	})
+	}, map[string]any{"reason": "tool_deregistered", "preview_version": p.ToolVersion, "deregistered_by": actor})
 }
 
 // toolEvent builds a tool.* audit event.
 func toolEvent(typ string, now time.Time, actor, name string, version int64, source store.ToolSource) store.AuditEvent {
-	return audit.New(typ, store.AuditEvent{
+	return audit.NewDetail(typ, store.AuditEvent{
 		Time:      now,
 		Principal: actor,
 		Tool:      name,
-		Detail:    map[string]any{"version": version, "source": string(source)},
-	})
+	}, map[string]any{"version": version, "source": string(source)})
 }

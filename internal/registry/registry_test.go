@@ -39,7 +39,7 @@ func checkEvent(t *testing.T, ev *store.AuditEvent, typ, actor, tool string, ver
 	if ev.Type != typ || ev.Principal != actor || ev.Tool != tool {
 		t.Fatalf("event %s by %s on %s, want %s by %s on %s", ev.Type, ev.Principal, ev.Tool, typ, actor, tool)
 	}
-	if fmt.Sprint(ev.Detail["version"]) != fmt.Sprint(version) || ev.Detail["source"] != string(source) {
+	if fmt.Sprint(ev.DetailMap()["version"]) != fmt.Sprint(version) || ev.DetailMap()["source"] != string(source) {
 		t.Fatalf("event detail %v, want version %d source %s", ev.Detail, version, source)
 	}
 	if ev.ID == "" || ev.Time.IsZero() {
@@ -720,8 +720,8 @@ func TestConcurrentRegister(t *testing.T) {
 		if i == 0 {
 			want = audit.ToolRegistered
 		}
-		if ev.Type != want || fmt.Sprint(ev.Detail["version"]) != fmt.Sprint(i+1) {
-			t.Fatalf("event %d: %s version %v", i, ev.Type, ev.Detail["version"])
+		if ev.Type != want || fmt.Sprint(ev.DetailMap()["version"]) != fmt.Sprint(i+1) {
+			t.Fatalf("event %d: %s version %v", i, ev.Type, ev.DetailMap()["version"])
 		}
 	}
 	eventually(t, "the cache holds the last version", func() bool {

@@ -10,10 +10,12 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/tools"
 	"github.com/toolsvc/toolsvc/toolkit"
@@ -135,13 +137,15 @@ func (c checker) prepare(in *store.Tool) (*prepared, fault.Violations) {
 
 	checkName(&v, "tool.name", t.Name)
 	checkDescription(&v, "tool.description", t.Description)
-	if t.ConnectorID == "" {
+	switch {
+	case t.ConnectorID == "":
 		v.Add("tool.connector_id", "is required")
-	} else if !namePattern.MatchString(t.ConnectorID) {
+	case !v.CheckText("tool.connector_id", t.ConnectorID):
+	case !namePattern.MatchString(t.ConnectorID):
 		v.Add("tool.connector_id", "must match ^[a-z0-9_-]{1,64}$")
 	}
 	if t.ProviderType != store.ProviderNative && t.ProviderType != store.ProviderMCP {
-		v.Add("tool.provider_type", "must be native or mcp, not %q", t.ProviderType)
+		v.Add("tool.provider_type", "must be native or mcp, not %s", safetext.Quote(string(t.ProviderType)))
 	}
 	checkLabels(&v, "tool.capabilities", t.Capabilities)
 	checkLabels(&v, "tool.required_scopes", t.RequiredScopes)
@@ -163,8 +167,10 @@ func (c checker) prepare(in *store.Tool) (*prepared, fault.Violations) {
 	case t.ApprovalTTL > MaxApprovalTTL:
 		v.Add("tool.approval_ttl", "must be at most 168h (7 days), not %s", t.ApprovalTTL)
 	}
-	if why := credentialLike(t.ConfigRef); why != "" {
-		v.Add("tool.config_ref", "must be a reference to configuration, not a credential: %s", why)
+	if v.CheckText("tool.config_ref", t.ConfigRef) {
+		if why := credentialLike(t.ConfigRef); why != "" {
+			v.Add("tool.config_ref", "must be a reference to configuration, not a credential: %s", why)
+		}
 	}
 
 	if len(t.Actions) == 0 {
@@ -176,7 +182,7 @@ func (c checker) prepare(in *store.Tool) (*prepared, fault.Violations) {
 		path := fmt.Sprintf("tool.actions[%d]", i)
 		checkName(&v, path+".name", a.Name)
 		if j, dup := seen[a.Name]; dup && a.Name != "" {
-			v.Add(path+".name", "duplicate action name %q (also actions[%d])", a.Name, j)
+			v.Add(path+".name", "duplicate action name %s (also actions[%d])", safetext.Quote(a.Name), j)
 		} else {
 			seen[a.Name] = i
 		}
@@ -201,6 +207,17 @@ func (c checker) prepare(in *store.Tool) (*prepared, fault.Violations) {
 func checkAction(v *fault.Violations, path string, a *store.Action) *compiledAction {
 	ca := &compiledAction{}
 	ok := true
+	for _, doc := range []struct {
+		field string
+		raw   json.RawMessage
+	}{{".input_schema", a.InputSchema}, {".output_schema", a.OutputSchema}} {
+		if !utf8.Valid(doc.raw) {
+			// Go's decoder would quietly replace the bytes; the stored
+			// document would not be the one registered.
+			v.Add(path+doc.field, "must be valid UTF-8")
+			return nil
+		}
+	}
 	var inputDoc any
 	if len(a.InputSchema) == 0 {
 		sch, err := compileSchema(noArgumentsSchema())
@@ -236,14 +253,22 @@ func checkAction(v *fault.Violations, path string, a *store.Action) *compiledAct
 			ca.output = sch
 		}
 	}
-	if a.ResourceArgument != "" {
+	if a.ResourceArgument != "" && v.CheckText(path+".resource_argument", a.ResourceArgument) {
 		if _, declared := schemaProperties(inputDoc)[a.ResourceArgument]; !declared {
-			v.Add(path+".resource_argument", "%q is not a property of the input schema", a.ResourceArgument)
+			v.Add(path+".resource_argument", "%s is not a property of the input schema", safetext.Quote(a.ResourceArgument))
 		}
 	}
 	for j, ex := range a.Examples {
 		ep := fmt.Sprintf("%s.examples[%d]", path, j)
-		if len(ex.Description) > maxDescription {
+		for _, doc := range []struct {
+			field string
+			raw   json.RawMessage
+		}{{".input", ex.Input}, {".output", ex.Output}} {
+			if !utf8.Valid(doc.raw) {
+				v.Add(ep+doc.field, "must be valid UTF-8")
+			}
+		}
+		if v.CheckText(ep+".description", ex.Description) && len(ex.Description) > maxDescription {
 			v.Add(ep+".description", "must be at most %d characters, has %d", maxDescription, len(ex.Description))
 		}
 		if ca.input != nil {
@@ -295,9 +320,12 @@ func checkPolicies(v *fault.Violations, t *store.Tool) {
 		actions[t.Actions[i].Name] = &t.Actions[i]
 	}
 	own := func(path, name string) *store.Action {
+		if !v.CheckText(path, name) {
+			return nil
+		}
 		a, ok := actions[name]
 		if !ok {
-			v.Add(path, "names no action of this tool: %q", name)
+			v.Add(path, "names no action of this tool: %s", safetext.Quote(name))
 		}
 		return a
 	}
@@ -319,12 +347,12 @@ func checkPolicies(v *fault.Violations, t *store.Tool) {
 					// Another tool's action: it may not be registered yet, so
 					// only the syntax is checked.
 					if !namePattern.MatchString(tool) || !namePattern.MatchString(action) {
-						v.Add(rp, "must be an action name or tool.action, not %q", req)
+						v.Add(rp, "must be an action name or tool.action, not %s", safetext.Quote(req))
 					}
 					continue
 				}
 				if own(rp, req) != nil && req == sd.Action {
-					v.Add(rp, "action %q cannot require itself", req)
+					v.Add(rp, "action %s cannot require itself", safetext.Quote(req))
 				}
 			}
 		case pol.ReadBeforeWrite != nil:
@@ -352,10 +380,10 @@ func checkPolicies(v *fault.Violations, t *store.Tool) {
 						continue
 					}
 					if a.ResourceArgument == "" {
-						v.Add(ap, "action %q has no resource_argument, which read_before_write needs", name)
+						v.Add(ap, "action %s has no resource_argument, which read_before_write needs", safetext.Quote(name))
 					}
 					if l.field == "create_actions" && !writes[name] {
-						v.Add(ap, "action %q must also be one of write_actions", name)
+						v.Add(ap, "action %s must also be one of write_actions", safetext.Quote(name))
 					}
 				}
 			}
@@ -409,7 +437,7 @@ func (c checker) bind(v *fault.Violations, p *prepared) {
 		}
 		for i, a := range t.Actions {
 			if !have[a.Name] {
-				v.Add(fmt.Sprintf("tool.actions[%d].name", i), "the implementation of connector %q has no action %q", t.ConnectorID, a.Name)
+				v.Add(fmt.Sprintf("tool.actions[%d].name", i), "the implementation of connector %q has no action %s", t.ConnectorID, safetext.Quote(a.Name))
 			}
 		}
 	}
@@ -436,14 +464,17 @@ func checkName(v *fault.Violations, field, name string) {
 	switch {
 	case name == "":
 		v.Add(field, "is required")
+	case !v.CheckText(field, name):
 	case !namePattern.MatchString(name):
-		v.Add(field, "must match ^[a-z0-9_-]{1,64}$, not %q", truncate(name, 80))
+		v.Add(field, "must match ^[a-z0-9_-]{1,64}$, not %s", safetext.Quote(name))
 	}
 }
 
 // checkDescription checks an already trimmed description.
 func checkDescription(v *fault.Violations, field, d string) {
 	switch {
+	case !v.CheckText(field, d):
+		return
 	case d == "":
 		v.Add(field, "is required (1-%d ASCII characters)", maxDescription)
 	case len(d) > maxDescription:
@@ -465,22 +496,16 @@ func checkLabels(v *fault.Violations, field string, labels []string) {
 		switch {
 		case l == "":
 			v.Add(p, "must not be empty")
+		case !v.CheckText(p, l):
 		case strings.IndexFunc(l, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
-			v.Add(p, "must not contain whitespace: %q", truncate(l, 80))
+			v.Add(p, "must not contain whitespace: %s", safetext.Quote(l))
 		case len(l) > maxLabel:
 			v.Add(p, "must be at most %d characters", maxLabel)
 		case seen[l]:
-			v.Add(p, "duplicate %q", l)
+			v.Add(p, "duplicate %s", safetext.Quote(l))
 		}
 		seen[l] = true
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // Credentials refused in config_ref, by their well-known prefixes.

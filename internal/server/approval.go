@@ -31,6 +31,9 @@ type approvalServer struct {
 // ListApprovals returns approvals newest first: every approval to approvers
 // and operators, their own to the others.
 func (s *approvalServer) ListApprovals(ctx context.Context, req *toolsvcv1.ListApprovalsRequest) (*toolsvcv1.ListApprovalsResponse, error) {
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
 	p, err := principalFrom(ctx)
 	if err != nil {
 		return nil, err
@@ -82,6 +85,9 @@ func (s *approvalServer) ListApprovals(ctx context.Context, req *toolsvcv1.ListA
 // GetApproval returns one approval; to a principal that reads only its own,
 // another's is not found.
 func (s *approvalServer) GetApproval(ctx context.Context, req *toolsvcv1.GetApprovalRequest) (*toolsvcv1.GetApprovalResponse, error) {
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
 	p, err := principalFrom(ctx)
 	if err != nil {
 		return nil, err
@@ -108,6 +114,9 @@ func (s *approvalServer) GetApproval(ctx context.Context, req *toolsvcv1.GetAppr
 
 // ResolveApproval approves or denies an approval.
 func (s *approvalServer) ResolveApproval(ctx context.Context, req *toolsvcv1.ResolveApprovalRequest) (*toolsvcv1.ResolveApprovalResponse, error) {
+	if err := checkText(req, "malformed ResolveApproval request"); err != nil {
+		return nil, err
+	}
 	p, err := principalFrom(ctx)
 	if err != nil {
 		return nil, err
@@ -135,11 +144,9 @@ func (s *approvalServer) ResolveApproval(ctx context.Context, req *toolsvcv1.Res
 // WatchApprovals streams pending approvals, then changes: of every
 // approval to approvers and operators, of their own to the others.
 func (s *approvalServer) WatchApprovals(req *toolsvcv1.WatchApprovalsRequest, stream toolsvcv1.ApprovalService_WatchApprovalsServer) error {
-	caller, err := principalFrom(stream.Context())
-	if err != nil {
+	if err := checkText(req, "invalid request"); err != nil {
 		return err
 	}
-	all := auth.ReadsAllApprovals(caller)
 	if req.GetTool() != "" {
 		var v fault.Violations
 		checkToolName(&v, "tool", req.GetTool())
@@ -147,11 +154,12 @@ func (s *approvalServer) WatchApprovals(req *toolsvcv1.WatchApprovalsRequest, st
 			return err
 		}
 	}
-	p, err := principalFrom(stream.Context())
+	caller, err := principalFrom(stream.Context())
 	if err != nil {
 		return err
 	}
-	ctx, leave, err := s.streams.join(stream.Context(), p.ID)
+	all := auth.ReadsAllApprovals(caller)
+	ctx, leave, err := s.streams.join(stream.Context(), caller.ID)
 	if err != nil {
 		return err
 	}

@@ -45,6 +45,9 @@ type auditServer struct {
 // to the others the events recorded under their own id (asking for
 // another principal's finds none).
 func (s *auditServer) ListAuditEvents(ctx context.Context, req *toolsvcv1.ListAuditEventsRequest) (*toolsvcv1.ListAuditEventsResponse, error) {
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
 	p, err := principalFrom(ctx)
 	if err != nil {
 		return nil, err

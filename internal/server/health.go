@@ -29,6 +29,9 @@ func (s *healthServer) GetToolHealth(ctx context.Context, req *toolsvcv1.GetTool
 	if err != nil {
 		return nil, err
 	}
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
 	var v fault.Violations
 	checkToolName(&v, "tool", req.GetTool())
 	if err := v.Err("invalid request"); err != nil {
@@ -45,6 +48,9 @@ func (s *healthServer) GetToolHealth(ctx context.Context, req *toolsvcv1.GetTool
 func (s *healthServer) ListToolHealth(ctx context.Context, req *toolsvcv1.ListToolHealthRequest) (*toolsvcv1.ListToolHealthResponse, error) {
 	p, err := principalFrom(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkText(req, "invalid request"); err != nil {
 		return nil, err
 	}
 	status, ok := healthStatusesFromProto[req.GetStatus()]
@@ -76,6 +82,9 @@ func (s *healthServer) ListToolHealth(ctx context.Context, req *toolsvcv1.ListTo
 func (s *healthServer) WatchToolHealth(req *toolsvcv1.WatchToolHealthRequest, stream toolsvcv1.ToolHealthService_WatchToolHealthServer) error {
 	p, err := principalFrom(stream.Context())
 	if err != nil {
+		return err
+	}
+	if err := checkText(req, "invalid request"); err != nil {
 		return err
 	}
 	var v fault.Violations
@@ -113,6 +122,9 @@ func healthFor(p *auth.Principal, h *store.ToolHealth) *toolsvcv1.ToolHealth {
 
 // SetToolHealth drains or restores a tool.
 func (s *healthServer) SetToolHealth(ctx context.Context, req *toolsvcv1.SetToolHealthRequest) (*toolsvcv1.SetToolHealthResponse, error) {
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
 	p, err := principalFrom(ctx)
 	if err != nil {
 		return nil, err

@@ -305,25 +305,18 @@ func (a *authorizer) recordWith(ctx context.Context, method string, req any, pri
 	if suppressed > 0 {
 		detail["suppressed"] = suppressed
 	}
-	ev := store.AuditEvent{
-		Time: a.now(), Principal: principal, Type: audit.AccessDenied, Detail: detail,
-	}
+	ev := store.AuditEvent{Time: a.now(), Principal: principal, Type: audit.AccessDenied}
 	if cr, ok := req.(callRequest); ok && method == toolsvcv1.ToolExecutionService_ExecuteTool_FullMethodName {
+		// What the caller sent, as sent: audit.New makes it safe text.
 		ev.Type = audit.ToolCallRejected
-		ev.Tool, ev.Action = truncate(cr.GetTool(), 64), truncate(cr.GetAction(), 64)
+		ev.Tool, ev.Action = cr.GetTool(), cr.GetAction()
 		c := cr.GetContext()
-		ev.TraceID, ev.TaskID, ev.StepID = truncate(c.GetTraceId(), 255), truncate(c.GetTaskId(), 255), truncate(c.GetStepId(), 255)
+		ev.TraceID, ev.TaskID, ev.StepID = c.GetTraceId(), c.GetTaskId(), c.GetStepId()
 	}
-	if err := a.audit.AppendAuditEvents(context.WithoutCancel(ctx), []store.AuditEvent{audit.New(ev.Type, ev)}); err != nil {
+	ev = audit.NewDetail(ev.Type, ev, detail)
+	if err := a.audit.AppendAuditEvents(context.WithoutCancel(ctx), []store.AuditEvent{ev}); err != nil {
 		a.log.ErrorContext(ctx, "could not audit a refused call", "method", method, "reason", reason, "error", err)
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
 }
 
 func (a *authorizer) unary() grpc.UnaryServerInterceptor {

@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"runtime"
 	"strings"
@@ -207,11 +208,11 @@ func TestMessageTooLarge(t *testing.T) {
 	if len(evs) != 2 {
 		t.Fatalf("want 2 audited refusals, got %+v", evs)
 	}
-	if e := evs[0]; e.Type != "tool_call.rejected" || e.Principal != "agent-big" || e.Detail["reason"] != "MESSAGE_TOO_LARGE" {
+	if e := evs[0]; e.Type != "tool_call.rejected" || e.Principal != "agent-big" || e.DetailMap()["reason"] != "MESSAGE_TOO_LARGE" {
 		t.Fatalf("ExecuteTool refusal event %+v", e)
 	}
-	if e := evs[1]; e.Type != "access.denied" || e.Principal != "approver-big" || e.Detail["reason"] != "MESSAGE_TOO_LARGE" ||
-		e.Detail["method"] != "toolsvc.v1.ApprovalService/WatchApprovals" {
+	if e := evs[1]; e.Type != "access.denied" || e.Principal != "approver-big" || e.DetailMap()["reason"] != "MESSAGE_TOO_LARGE" ||
+		e.DetailMap()["method"] != "toolsvc.v1.ApprovalService/WatchApprovals" {
 		t.Fatalf("WatchApprovals refusal event %+v", e)
 	}
 
@@ -305,7 +306,7 @@ func TestUndecodableRequests(t *testing.T) {
 			if len(evs) != before+1 {
 				t.Fatalf("want one more audited refusal, got %d after %d", len(evs), before)
 			}
-			if e := evs[len(evs)-1]; e.Type != "tool_call.rejected" || e.Principal != "agent-bytes" || e.Detail["reason"] != "INVALID_REQUEST" {
+			if e := evs[len(evs)-1]; e.Type != "tool_call.rejected" || e.Principal != "agent-bytes" || e.DetailMap()["reason"] != "INVALID_REQUEST" {
 				t.Fatalf("refusal event %+v", e)
 			}
 		})
@@ -730,7 +731,7 @@ func TestAuditPagesBoundedByBytes(t *testing.T) {
 				}
 				evs = append(evs, audit.New("tool.registered", store.AuditEvent{
 					Time: time.Now(), Tool: fmt.Sprintf("t%d", i), Principal: "ops",
-					Detail: map[string]any{"blob": strings.Repeat("é", size/2)},
+					Detail: json.RawMessage(`{"blob":"` + strings.Repeat("é", size/2) + `"}`), // raw: unbounded
 				}))
 			}
 			if err := h.store.AppendAuditEvents(ctx, evs); err != nil {

@@ -44,6 +44,9 @@ func checkExpectedVersion(v *fault.Violations, ev int64) {
 
 // RegisterTool validates and creates or replaces a tool.
 func (s *registryServer) RegisterTool(ctx context.Context, req *toolsvcv1.RegisterToolRequest) (*toolsvcv1.RegisterToolResponse, error) {
+	if err := checkText(req, "invalid tool definition"); err != nil {
+		return nil, err
+	}
 	p, err := principalFrom(ctx)
 	if err != nil {
 		return nil, err
@@ -97,6 +100,9 @@ func coveredBy(v fault.Violations, field string) bool {
 
 // GetTool returns one tool.
 func (s *registryServer) GetTool(ctx context.Context, req *toolsvcv1.GetToolRequest) (*toolsvcv1.GetToolResponse, error) {
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
 	var v fault.Violations
 	checkToolName(&v, "name", req.GetName())
 	if err := v.Err("invalid request"); err != nil {
@@ -115,6 +121,9 @@ func (s *registryServer) GetTool(ctx context.Context, req *toolsvcv1.GetToolRequ
 
 // ListTools returns a page of tools ordered by name.
 func (s *registryServer) ListTools(ctx context.Context, req *toolsvcv1.ListToolsRequest) (*toolsvcv1.ListToolsResponse, error) {
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
 	size, err := pageSize(req.GetPageSize())
 	if err != nil {
 		return nil, err
@@ -146,6 +155,9 @@ func (s *registryServer) ListTools(ctx context.Context, req *toolsvcv1.ListTools
 
 // DeregisterTool removes a tool.
 func (s *registryServer) DeregisterTool(ctx context.Context, req *toolsvcv1.DeregisterToolRequest) (*toolsvcv1.DeregisterToolResponse, error) {
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
 	p, err := principalFrom(ctx)
 	if err != nil {
 		return nil, err

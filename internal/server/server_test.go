@@ -597,11 +597,11 @@ func TestAuthRefusalsAreAudited(t *testing.T) {
 	}
 	rej, denied := evs[0], evs[1]
 	if rej.Type != "tool_call.rejected" || rej.Principal != "ops" || rej.Tool != "alpha" || rej.Action != "run" ||
-		rej.TraceID != "tr-1" || rej.TaskID != "task-1" || rej.Detail["reason"] != "ROLE_REQUIRED" {
+		rej.TraceID != "tr-1" || rej.TaskID != "task-1" || rej.DetailMap()["reason"] != "ROLE_REQUIRED" {
 		t.Fatalf("ExecuteTool refusal event: %+v", rej)
 	}
-	if denied.Type != "access.denied" || denied.Principal != "" || denied.Detail["reason"] != "UNAUTHENTICATED" ||
-		denied.Detail["method"] != "toolsvc.v1.AuditService/ListAuditEvents" {
+	if denied.Type != "access.denied" || denied.Principal != "" || denied.DetailMap()["reason"] != "UNAUTHENTICATED" ||
+		denied.DetailMap()["method"] != "toolsvc.v1.AuditService/ListAuditEvents" {
 		t.Fatalf("unauthenticated refusal event: %+v", denied)
 	}
 }

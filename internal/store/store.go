@@ -27,7 +27,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 )
@@ -491,12 +490,7 @@ type AuditFilter struct {
 func AuditEventSize(e *AuditEvent) int {
 	n := len(e.ID) + len(e.Type) + len(e.CallID) + len(e.TraceID) + len(e.TaskID) + len(e.StepID) +
 		len(e.Principal) + len(e.Tool) + len(e.Action) + len(e.Decision) + len(e.Outcome)
-	if e.Detail != nil {
-		if b, err := json.Marshal(e.Detail); err == nil {
-			n += len(b)
-		}
-	}
-	return n
+	return n + len(e.Detail)
 }
 
 // TaskHistoryStore holds the successful calls of each (principal, task).

@@ -302,8 +302,19 @@ type AuditEvent struct {
 	Risk      RiskLevel
 	Decision  GateDecision
 	Outcome   Outcome
-	// Detail is a redacted JSON object.
-	Detail map[string]any
+	// Detail is a redacted JSON object (nil: none), encoded once when the
+	// event is built (audit.New) and stored and returned byte for byte.
+	Detail json.RawMessage
+}
+
+// DetailMap returns Detail decoded, nil when there is none or it is not a
+// JSON object: for tests and tools that read the trail.
+func (e *AuditEvent) DetailMap() map[string]any {
+	var m map[string]any
+	if len(e.Detail) > 0 && json.Unmarshal(e.Detail, &m) != nil {
+		return nil
+	}
+	return m
 }
 
 // TaskHistoryEntry records one successful call in a task, for policies.

@@ -50,7 +50,7 @@ func unknownReplay(t *testing.T, resp *toolsvcv1.ExecuteToolResponse, err error,
 func leaseExpiredEvent(ctx context.Context, t *testing.T, st store.Store, callID string) {
 	t.Helper()
 	evs := events(ctx, t, st, store.AuditFilter{CallID: callID, Types: []string{audit.ToolCallUnknown}})
-	if len(evs) != 1 || evs[0].Detail["reason"] != "lease_expired" || evs[0].Outcome != store.OutcomeUnknown ||
+	if len(evs) != 1 || evs[0].DetailMap()["reason"] != "lease_expired" || evs[0].Outcome != store.OutcomeUnknown ||
 		evs[0].Principal != agent || evs[0].Tool == "" {
 		t.Fatalf("tool_call.unknown events %+v", evs)
 	}

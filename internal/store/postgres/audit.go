@@ -47,9 +47,11 @@ func (s *Store) AppendAuditEvents(ctx context.Context, events []store.AuditEvent
 	return setSeqs(events, ids, seqs)
 }
 
-// auditDetails checks that every event has an ID and encodes their details
-// (nil: no detail), so that a refused batch is refused before anything is
-// sent.
+// auditDetails checks that every event has an ID and returns their details
+// as text (nil: no detail), so that a refused batch is refused before
+// anything is sent. The details go in a json column, which keeps them byte
+// for byte and, unlike jsonb, holds strings with \u0000; the column refuses
+// what is not a JSON object in UTF-8.
 func auditDetails(events []store.AuditEvent) ([]*string, error) {
 	details := make([]*string, len(events))
 	for i := range events {
@@ -57,12 +59,8 @@ func auditDetails(events []store.AuditEvent) ([]*string, error) {
 		if ev.ID == "" {
 			return nil, fmt.Errorf("%w: audit event %d (%s) has no id", store.ErrInvalid, i, ev.Type)
 		}
-		d, err := marshalDetail(ev.Detail)
-		if err != nil {
-			return nil, err
-		}
-		if d != nil {
-			text := d.(string)
+		if len(ev.Detail) > 0 {
+			text := string(ev.Detail)
 			details[i] = &text
 		}
 	}
@@ -120,7 +118,7 @@ func (r *auditRows) insertSQL(args *stmtArgs, from, callID string) string {
 	return `INSERT INTO audit_events
 		(id, time, type, call_id, trace_id, task_id, step_id, principal, tool, action, risk, decision, outcome, detail)
 		SELECT e.id, e.time, e.type, ` + callID + `, e.trace_id, e.task_id, e.step_id, e.principal, e.tool,
-			e.action, e.risk, e.decision, e.outcome, e.detail::jsonb
+			e.action, e.risk, e.decision, e.outcome, e.detail::json
 		FROM ` + from + `unnest(` + args.add(r.ids) + `::text[], ` + args.add(r.times) + `::timestamptz[], ` +
 		args.add(r.types) + `::text[], ` + args.add(r.callIDs) + `::text[], ` + args.add(r.traceIDs) + `::text[], ` +
 		args.add(r.taskIDs) + `::text[], ` + args.add(r.stepIDs) + `::text[], ` + args.add(r.principals) + `::text[], ` +

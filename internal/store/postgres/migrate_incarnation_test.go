@@ -16,7 +16,12 @@ func TestMigrationToolIncarnation(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, pgtest.NewDatabase(t))
 	ctx := t.Context()
-	if _, err := postgres.MigrateDown(ctx, pool, 1); err != nil {
+	// Back to just before 0004, whatever migrations follow it.
+	latest, err := postgres.LatestMigration()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.MigrateDown(ctx, pool, latest-3); err != nil {
 		t.Fatalf("MigrateDown: %v", err)
 	}
 	// The schema as 0002 left it, with a tool recreated at 10:00.

@@ -114,18 +114,6 @@ func resultOut(b []byte) (*store.Result, error) {
 	return r, nil
 }
 
-// marshalDetail encodes an audit event's detail object.
-func marshalDetail(d map[string]any) (any, error) {
-	if d == nil {
-		return nil, nil
-	}
-	b, err := json.Marshal(d)
-	if err != nil {
-		return nil, fmt.Errorf("%w: encode audit detail: %w", store.ErrInvalid, err)
-	}
-	return string(b), nil
-}
-
 // qualified prefixes each column of a column list with a table alias, for
 // statements that join.
 func qualified(alias, columns string) string {
@@ -335,10 +323,8 @@ func scanAuditEvent(row pgx.Row) (*store.AuditEvent, error) {
 		return nil, interpretError(err)
 	}
 	ev.Decision, ev.Outcome = store.GateDecision(decision), store.Outcome(outcome)
-	if detail != nil {
-		if err := json.Unmarshal(detail, &ev.Detail); err != nil {
-			return nil, fmt.Errorf("postgres: decode audit detail of %s: %w", ev.ID, err)
-		}
+	if len(detail) > 0 {
+		ev.Detail = detail
 	}
 	return ev, nil
 }

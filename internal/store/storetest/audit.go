@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 func auditTests() []test {
 	return []test{
 		{"AppendOrder", testAuditAppendOrder},
+		{"Details", testAuditDetails},
 		{"Filters", testAuditFilters},
 		{"Pagination", testAuditPagination},
 		{"Refused", testAuditRefused},
@@ -25,9 +27,6 @@ func auditTests() []test {
 func testAuditAppendOrder(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	full := newEvent(audit.ToolCallSucceeded, newID())
-	full.Detail["unicode"] = "héllo ✓"
-	full.Detail["null"] = nil
-	full.Detail["big"] = float64(1 << 40)
 	bare := audit.New(audit.ToolRegistered, store.AuditEvent{Time: at(2 * time.Second)})
 	batches := [][]store.AuditEvent{
 		{full, newEvent(audit.ToolCallAttempted, newID())},
@@ -41,19 +40,56 @@ func testAuditAppendOrder(t *testing.T, s store.Store) {
 	}
 	noErr(t, "AppendAuditEvents of nothing", s.AppendAuditEvents(ctx, nil))
 	got := wantEvents(t, s, store.AuditFilter{}, want...)
-	if got[0].Detail["nested"].(map[string]any)["list"].([]any)[0] != "a" {
-		t.Fatalf("nested detail lost: %s", show(got[0].Detail))
-	}
 
 	// Events are copies, and Seq is the store's: the caller's is ignored.
-	got[0].Detail["reason"] = "mutated"
-	got[0].Detail["nested"].(map[string]any)["ok"] = false
+	got[0].Detail[2] = 'X'
 	withSeq := newEvent(audit.ToolCallDeduped, newID())
 	withSeq.Seq = 1
 	noErr(t, "AppendAuditEvents", s.AppendAuditEvents(ctx, []store.AuditEvent{withSeq}))
 	again := wantEvents(t, s, store.AuditFilter{}, append(want, withSeq)...)
 	if again[len(again)-1].Seq <= again[len(again)-2].Seq {
 		t.Fatalf("the caller's Seq was kept: %d after %d", again[len(again)-1].Seq, again[len(again)-2].Seq)
+	}
+}
+
+// testAuditDetails: a detail comes back byte for byte — NUL escaped in its
+// strings (which jsonb refuses), any Unicode, numbers beyond float64, key
+// order and spacing as given — and so does a detail the audit package cut
+// to size.
+func testAuditDetails(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	details := []string{
+		`{"arguments":{"text":"a\u0000b","nul":"\u0000"},"message":"ok"}`,
+		`{"unicode":"héllo ✓ 日本語 😀","html":"<a href=\"x\">&amp;</a>","escaped":"\u00e9\ud83d\ude00"}`,
+		`{"big":123456789012345678901234567890,"tiny":1e-400,"neg":-0,"list":[1,2.50,true,null]}`,
+		`{"z":1,"a":2}`,
+		`{ "spaced" : [ 1 , 2 ] }`,
+		`{}`,
+	}
+	huge := map[string]any{"arguments": map[string]any{"blob": strings.Repeat("日本", 20000)},
+		"message": strings.Repeat("x\x00", 5000), "reason": "ARGUMENTS_INVALID"}
+	var events []store.AuditEvent
+	for i, d := range details {
+		ev := newEvent(audit.ToolCallSucceeded, newID())
+		ev.StepID = "step-" + itoa(i)
+		ev.Detail = json.RawMessage(d)
+		events = append(events, ev)
+	}
+	cut := audit.NewBounded(audit.ToolCallFailed, store.AuditEvent{Time: at(time.Second), CallID: newID()},
+		huge, audit.MinDetailMaxBytes)
+	if len(cut.Detail) > audit.MinDetailMaxBytes {
+		t.Fatalf("the audit package left a detail of %d bytes, limit %d", len(cut.Detail), audit.MinDetailMaxBytes)
+	}
+	events = append(events, cut)
+	noErr(t, "AppendAuditEvents", s.AppendAuditEvents(ctx, events))
+	got := wantEvents(t, s, store.AuditFilter{}, events...)
+	for i := range details {
+		if string(got[i].Detail) != details[i] {
+			t.Fatalf("detail %d changed:\n got %s\nwant %s", i, got[i].Detail, details[i])
+		}
+	}
+	if m := got[len(got)-1].DetailMap(); m["truncated"] != true || m["reason"] != "ARGUMENTS_INVALID" {
+		t.Fatalf("cut detail: %s", got[len(got)-1].Detail)
 	}
 }
 
@@ -77,7 +113,7 @@ func auditFixture(t *testing.T, s store.Store, n int) []store.AuditEvent {
 			Risk:      toolkit.RiskLevel(1 + i%4),
 			Decision:  store.DecisionAllow,
 			Outcome:   store.OutcomeSucceeded,
-			Detail:    map[string]any{"i": float64(i)},
+			Detail:    json.RawMessage(`{"i":` + itoa(i) + `}`),
 		}))
 	}
 	// Append in a few batches, as transactions do.
@@ -211,9 +247,9 @@ func testAuditMaxBytes(t *testing.T, s store.Store) {
 	for i := range 10 {
 		e := newEvent(audit.ToolCallSucceeded, newID())
 		e.Time = at(time.Duration(i) * time.Second)
-		e.Detail = map[string]any{"blob": strings.Repeat("é", 500)} // about 1 KB
+		e.Detail = json.RawMessage(`{"blob":"` + strings.Repeat("é", 500) + `"}`) // about 1 KB
 		if i == 6 {
-			e.Detail["blob"] = strings.Repeat("x", 10_000)
+			e.Detail = json.RawMessage(`{"blob":"` + strings.Repeat("x", 10_000) + `"}`)
 		}
 		events = append(events, e)
 	}

@@ -1225,10 +1225,10 @@ func testExpireApprovals(t *testing.T, s store.Store) {
 		PreviewEventsFor: func(p *store.Preview) []store.AuditEvent {
 			mu.Lock()
 			defer mu.Unlock()
-			ev := audit.New(audit.PreviewExpired, store.AuditEvent{
+			ev := audit.NewDetail(audit.PreviewExpired, store.AuditEvent{
 				Time: at(2 * time.Hour), CallID: p.CallID, Principal: p.PrincipalID, Tool: p.Tool, Action: p.Action,
-				Decision: store.DecisionPreview, Detail: map[string]any{"expire_time": p.ExpiresAt.Format(time.RFC3339Nano)},
-			})
+				Decision: store.DecisionPreview,
+			}, map[string]any{"expire_time": p.ExpiresAt.Format(time.RFC3339Nano)})
 			events[p.Token] = ev
 			cp := *p
 			previewsSeen[p.Token] = &cp

@@ -67,7 +67,7 @@ func incarnationOf(name string) string { return "inc-" + name }
 
 // newEvent returns an audit event of the given type about a call.
 func newEvent(typ, callID string) store.AuditEvent {
-	return audit.New(typ, store.AuditEvent{
+	return audit.NewDetail(typ, store.AuditEvent{
 		Time:      at(time.Second),
 		CallID:    callID,
 		TraceID:   "trace-1",
@@ -79,11 +79,10 @@ func newEvent(typ, callID string) store.AuditEvent {
 		Risk:      toolkit.RiskHigh,
 		Decision:  store.DecisionConfirm,
 		Outcome:   store.OutcomeSucceeded,
-		Detail: map[string]any{
-			"reason": "because",
-			"count":  float64(3),
-			"nested": map[string]any{"ok": true, "list": []any{"a", float64(1)}},
-		},
+	}, map[string]any{
+		"reason": "because",
+		"count":  3,
+		"nested": map[string]any{"ok": true, "list": []any{"a", 1}},
 	})
 }
 

@@ -429,8 +429,8 @@ func testDeleteToolGivesUpWhatWaits(t *testing.T, s store.Store) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			ev := audit.New(audit.ApprovalInvalidated, store.AuditEvent{Time: at(3 * time.Minute), CallID: a.CallID,
-				Tool: a.Tool, Detail: map[string]any{"approval_id": a.ID, "approved": !a.ResolvedAt.IsZero()}})
+			ev := audit.NewDetail(audit.ApprovalInvalidated, store.AuditEvent{Time: at(3 * time.Minute), CallID: a.CallID,
+				Tool: a.Tool}, map[string]any{"approval_id": a.ID, "approved": !a.ResolvedAt.IsZero()})
 			approvalEvents[a.ID] = ev
 			return []store.AuditEvent{ev}
 		},
@@ -481,8 +481,8 @@ func testDeleteToolGivesUpWhatWaits(t *testing.T, s store.Store) {
 	slices.Sort(ids)
 	want := []store.AuditEvent{dereg, approvalEvents[ids[0]], approvalEvents[ids[1]], previewEvents[previewed.PreviewToken]}
 	wantEvents(t, s, store.AuditFilter{Types: []string{audit.ToolDeregistered, audit.ApprovalInvalidated, audit.PreviewExpired}}, want...)
-	if d := approvalEvents[approved.ApprovalID].Detail["approved"]; d != true {
-		t.Fatalf("the approved approval was handed over as not approved: %v", approvalEvents[approved.ApprovalID].Detail)
+	if ev := approvalEvents[approved.ApprovalID]; ev.DetailMap()["approved"] != true {
+		t.Fatalf("the approved approval was handed over as not approved: %s", ev.Detail)
 	}
 }
 
