@@ -631,6 +631,7 @@ func cloneTool(t *store.Tool) *store.Tool {
 			c.Policies[i] = np
 		}
 	}
+	c.Connector = t.Connector.Clone()
 	return &c
 }
 
