@@ -262,3 +262,31 @@ func CleanDescription(s string) string {
 	}
 	return strings.TrimRight(out[:cut], " ,;:.") + "..."
 }
+
+// SameServer reports whether two normalized MCP definitions reach the same
+// server the same way (transport, command, environment, URL, headers): what
+// one discovered holds for the other.
+func SameServer(a, b *Spec) bool {
+	if a == nil || b == nil || a.Type != TypeMCP || b.Type != TypeMCP {
+		return false
+	}
+	key := func(s *Spec) string {
+		j, _ := json.Marshal(struct {
+			T string
+			C []string
+			E map[string]json.RawMessage
+			U string
+			H map[string]json.RawMessage
+		}{s.Transport, s.Command, rawValues(s.Env), s.URL, rawValues(s.Headers)})
+		return string(j)
+	}
+	return key(a) == key(b)
+}
+
+func rawValues[V any](m map[string]V) map[string]json.RawMessage {
+	out := make(map[string]json.RawMessage, len(m))
+	for k, v := range m {
+		out[k], _ = json.Marshal(v)
+	}
+	return out
+}

@@ -400,11 +400,13 @@ func (c checker) auth(a *Auth) {
 	if a.Bearer != nil {
 		n++
 		c.ref("auth.bearer", *a.Bearer)
+		c.noPrefix("auth.bearer", *a.Bearer)
 	}
 	if a.Basic != nil {
 		n++
 		c.value("auth.basic.username", "username", a.Basic.Username)
 		c.ref("auth.basic.password", a.Basic.Password)
+		c.noPrefix("auth.basic.password", a.Basic.Password)
 	}
 	for _, ns := range []struct {
 		field string
@@ -419,9 +421,18 @@ func (c checker) auth(a *Auth) {
 			c.add(ns.field+".name", "%s is not a valid name", safeQuote(ns.n.Name))
 		}
 		c.ref(ns.field+".value", ns.n.Value)
+		c.noPrefix(ns.field+".value", ns.n.Value)
 	}
 	if n != 1 {
 		c.add("auth", "set exactly one of bearer, basic, header and query")
+	}
+}
+
+// noPrefix refuses a prefix where the scheme decides what precedes the
+// secret ("Bearer ", the Basic encoding) or nothing may.
+func (c checker) noPrefix(field string, r secrets.Ref) {
+	if r.Prefix != "" {
+		c.add(field+".prefix", "is not used here; the value is sent as the scheme requires")
 	}
 }
 

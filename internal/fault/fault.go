@@ -60,6 +60,8 @@ const (
 	ReasonCancelled            = "CANCELLED"
 	ReasonOutcomePending       = "OUTCOME_PENDING"
 	ReasonInternal             = "INTERNAL"
+	ReasonConnectorUnavailable = "CONNECTOR_UNAVAILABLE"
+	ReasonNotAConnector        = "NOT_A_CONNECTOR"
 )
 
 // FieldViolation names one bad field of a request.

@@ -44,6 +44,8 @@ func TestConstructors(t *testing.T) {
 		{PreviewTokenMismatch(huge, true), FailedPrecondition, ReasonPreviewTokenMismatch},
 		{InvalidOperation("bad"), InvalidArgument, ReasonInvalidRequest},
 		{InternalError("bug"), Internal, ReasonInternal},
+		{ConnectorUnavailable(huge, huge), Unavailable, ReasonConnectorUnavailable},
+		{NotAConnector(huge), FailedPrecondition, ReasonNotAConnector},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			if tc.err.Kind != tc.kind || tc.err.Reason != tc.reason {

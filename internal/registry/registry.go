@@ -31,6 +31,10 @@ type Options struct {
 	Store store.Store
 	// Providers bind tools to implementations, keyed by their ConnectorID.
 	Providers []tools.Provider
+	// Connectors binds and discovers tools declared as connectors; nil
+	// leaves them unbound (their calls answer that the connector is not
+	// served here).
+	Connectors tools.Connectors
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger; nil discards.
@@ -39,12 +43,13 @@ type Options struct {
 
 // Registry is the tool registry. It is safe for concurrent use.
 type Registry struct {
-	store     store.Store
-	providers map[string]tools.Provider
-	order     []tools.Provider // as given, for Builtins
-	check     checker
-	now       func() time.Time
-	log       *slog.Logger
+	store      store.Store
+	providers  map[string]tools.Provider
+	connectors tools.Connectors
+	order      []tools.Provider // as given, for Builtins
+	check      checker
+	now        func() time.Time
+	log        *slog.Logger
 
 	// cache is the current snapshot, replaced whole on every change.
 	cache atomic.Pointer[map[string]*Entry]
@@ -66,11 +71,12 @@ func New(o Options) (*Registry, error) {
 		return nil, errors.New("registry: a store is required")
 	}
 	r := &Registry{
-		store:     o.Store,
-		providers: make(map[string]tools.Provider, len(o.Providers)),
-		now:       o.Now,
-		log:       o.Logger,
-		applied:   make(map[string]uint64),
+		store:      o.Store,
+		connectors: o.Connectors,
+		providers:  make(map[string]tools.Provider, len(o.Providers)),
+		now:        o.Now,
+		log:        o.Logger,
+		applied:    make(map[string]uint64),
 	}
 	for _, p := range o.Providers {
 		if p == nil {
@@ -83,7 +89,7 @@ func New(o Options) (*Registry, error) {
 		r.providers[id] = p
 		r.order = append(r.order, p)
 	}
-	r.check = checker{providers: r.providers}
+	r.check = checker{providers: r.providers, connectors: o.Connectors}
 	if r.now == nil {
 		r.now = time.Now
 	}
@@ -318,6 +324,17 @@ func (r *Registry) entryFor(ctx context.Context, t *store.Tool) *Entry {
 		e.compileErr = v.Err("stored definition is invalid")
 		r.log.ErrorContext(ctx, "stored tool has schemas that do not compile", "tool", t.Name, "version", t.Version, "error", e.compileErr)
 	}
+	if t.Connector != nil {
+		if r.connectors != nil {
+			impl, err := r.connectors.Bind(t)
+			if err != nil {
+				r.log.WarnContext(ctx, "connector tool cannot be served", "tool", t.Name, "error", err)
+			} else {
+				e.Impl = impl
+			}
+		}
+		return e
+	}
 	if p, ok := r.providers[t.ConnectorID]; ok {
 		impl, err := p.Bind(t)
 		if err != nil {
@@ -381,6 +398,9 @@ type RegisterParams struct {
 	Source store.ToolSource
 	// Actor is the principal id recorded in audit events.
 	Actor string
+	// Reason, if set, is recorded in the audit event's detail (e.g.
+	// "discovery" for a change an MCP server's tool list made).
+	Reason string
 }
 
 // Register validates and creates or replaces a tool. Errors are
@@ -395,6 +415,21 @@ func (r *Registry) Register(ctx context.Context, p RegisterParams) (*store.Tool,
 	prep, v := r.check.prepare(p.Tool)
 	if len(v) > 0 {
 		return nil, false, v.Err("invalid tool definition")
+	}
+	if isMCPConnector(p.Tool) && r.connectors != nil {
+		// What the server offers is asked only of a valid definition (its
+		// command is not run before it passed validation).
+		def := cloneTool(p.Tool)
+		var cur *store.Tool
+		if e, ok := r.Lookup(def.Name); ok {
+			cur = e.Tool
+		}
+		if err := r.discoverInto(ctx, def, cur, true); err != nil {
+			return nil, false, err
+		}
+		if prep, v = r.check.prepare(def); len(v) > 0 {
+			return nil, false, v.Err("invalid tool definition with what the server offers")
+		}
 	}
 	if p.Source == "" {
 		p.Source = store.SourceAPI
@@ -429,7 +464,7 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 			t, err := r.store.CreateTool(ctx, store.CreateToolParams{
 				Tool:   cloneTool(prep.tool),
 				Now:    now,
-				Events: []store.AuditEvent{toolEvent(audit.ToolRegistered, now, p.Actor, name, 1, p.Source)},
+				Events: []store.AuditEvent{toolEvent(audit.ToolRegistered, now, p.Actor, name, 1, p.Source, p.Reason)},
 			})
 			if errors.Is(err, store.ErrConflict) {
 				continue // created concurrently: replace it
@@ -457,7 +492,7 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 			Tool:            cloneTool(prep.tool),
 			ExpectedVersion: cur.Version,
 			Now:             now,
-			Events:          []store.AuditEvent{toolEvent(audit.ToolUpdated, now, p.Actor, name, cur.Version+1, p.Source)},
+			Events:          []store.AuditEvent{toolEvent(audit.ToolUpdated, now, p.Actor, name, cur.Version+1, p.Source, p.Reason)},
 		})
 		switch {
 		case errors.Is(err, store.ErrConflict) && p.ExpectedVersion != 0:
@@ -506,7 +541,7 @@ func (r *Registry) Deregister(ctx context.Context, name string, expectedVersion 
 		t, err := r.store.DeleteTool(ctx, store.DeleteToolParams{
 			Name:            name,
 			ExpectedVersion: cur.Version,
-			Events:          []store.AuditEvent{toolEvent(audit.ToolDeregistered, r.now(), actor, name, cur.Version, cur.Source)},
+			Events:          []store.AuditEvent{toolEvent(audit.ToolDeregistered, r.now(), actor, name, cur.Version, cur.Source, "")},
 		})
 		switch {
 		case errors.Is(err, store.ErrNotFound):
@@ -577,6 +612,14 @@ func (r *Registry) Sync(ctx context.Context, source store.ToolSource, defs []*st
 			continue
 		}
 		prep, v := r.check.prepare(def)
+		if len(v) == 0 && isMCPConnector(def) && r.connectors != nil {
+			// A server that does not answer does not stop the sync: the
+			// tool keeps what was discovered before, or waits for it.
+			d := cloneTool(def)
+			if err := r.discoverInto(ctx, d, existing[name], false); err == nil {
+				prep, v = r.check.prepare(d)
+			}
+		}
 		if len(v) > 0 {
 			problems = append(problems, fmt.Errorf("tool %q: %w", name, v.Err("invalid tool definition")))
 			continue
@@ -636,11 +679,15 @@ func sortReport(rep SyncReport) SyncReport {
 }
 
 // toolEvent builds a tool.* audit event.
-func toolEvent(typ string, now time.Time, actor, name string, version int64, source store.ToolSource) store.AuditEvent {
+func toolEvent(typ string, now time.Time, actor, name string, version int64, source store.ToolSource, reason string) store.AuditEvent {
+	detail := map[string]any{"version": version, "source": string(source)}
+	if reason != "" {
+		detail["reason"] = reason
+	}
 	return audit.New(typ, store.AuditEvent{
 		Time:      now,
 		Principal: actor,
 		Tool:      name,
-		Detail:    map[string]any{"version": version, "source": string(source)},
+		Detail:    detail,
 	})
 }
