@@ -120,8 +120,8 @@ type Action struct {
 	Path   string `json:"path,omitempty"`
 	// Query and Body name the arguments sent as query parameters and as
 	// fields of the JSON body. Arguments that are neither in Path nor listed
-	// go in the body of POST, PUT, PATCH and DELETE requests and in the
-	// query of the others.
+	// go in the body of POST, PUT and PATCH requests and in the query of the
+	// others.
 	Query []string `json:"query,omitempty"`
 	Body  []string `json:"body,omitempty"`
 	// InputSchema describes the arguments; absent, it is derived from the
