@@ -39,7 +39,9 @@ func isMCPConnector(t *store.Tool) bool {
 func (r *Registry) discoverInto(ctx context.Context, t, cur *store.Tool, strict bool) error {
 	t.Connector = connector.Normalize(t.Connector)
 	t.Connector.Discovered = nil
-	found, err := r.connectors.Discover(ctx, t)
+	// The connector sees the definition as it will be stored (timeouts
+	// defaulted), the one its calls will be bound to.
+	found, err := r.connectors.Discover(ctx, normalize(t))
 	if err == nil {
 		t.Connector.Discovered = checkDiscovered(found)
 		return nil
