@@ -407,7 +407,7 @@ func TestLoadFileConnectors(t *testing.T) {
 		t.Fatalf("%d definitions", len(defs))
 	}
 	files, search, billing := defs[1], defs[2], defs[3]
-	if files.Name != "files" || files.Description != "Tools of the MCP server files" || files.DefaultRisk != toolkit.RiskMedium ||
+	if files.Name != "files" || files.DefaultRisk != toolkit.RiskMedium ||
 		files.Source != store.SourceFile || files.Connector.ConnectTimeout.Seconds() != 5 {
 		t.Fatalf("files: %+v", files)
 	}
@@ -434,6 +434,9 @@ func TestLoadFileConnectors(t *testing.T) {
 	got, _ := r.Get(t.Context(), "files")
 	if len(got.Actions) != 1 || got.Actions[0].Name != "read_file" || got.Actions[0].Risk != toolkit.RiskMedium {
 		t.Fatalf("files after discovery (expose, floor): %+v", got.Actions)
+	}
+	if got.Description != "Tools of the MCP server files" {
+		t.Fatalf("default description %q", got.Description)
 	}
 }
 

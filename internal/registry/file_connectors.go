@@ -229,9 +229,6 @@ func convertConnector(fc *fileConnector) (*store.Tool, []fileProblem) {
 		Source:         store.SourceFile,
 		Policies:       convertPolicies(fc.Policies),
 	}
-	if t.Description == "" {
-		t.Description = defaultDescription(spec.Type, fc.ID)
-	}
 	if fc.DefaultRisk != "" {
 		r, err := toolkit.ParseRiskLevel(fc.DefaultRisk)
 		if err != nil {
@@ -244,7 +241,7 @@ func convertConnector(fc *fileConnector) (*store.Tool, []fileProblem) {
 	return t, probs
 }
 
-// defaultDescription describes a connector whose declaration says nothing.
+// defaultDescription describes a connector whose definition says nothing.
 func defaultDescription(typ connector.Type, id string) string {
 	switch connector.Type(strings.ToLower(strings.TrimSpace(string(typ)))) {
 	case connector.TypeMCP:

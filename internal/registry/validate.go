@@ -106,7 +106,8 @@ func normalize(t *store.Tool) *store.Tool {
 }
 
 // applyConnector derives what a connector definition decides: the connector
-// id (the tool's own name), the provider type, the default risk when unset
+// id (the tool's own name), a description when none is given, the provider
+// type, the default risk when unset
 // (MEDIUM for an HTTP API; for an MCP server LOW, which leaves the risk of
 // each action to its annotations), the actions and preview support.
 func applyConnector(t *store.Tool) {
@@ -129,6 +130,9 @@ func applyConnector(t *store.Tool) {
 		if t.DefaultRisk == toolkit.RiskUnspecified {
 			t.DefaultRisk = toolkit.RiskMedium
 		}
+	}
+	if strings.TrimSpace(t.Description) == "" {
+		t.Description = defaultDescription(t.Connector.Type, t.Name)
 	}
 	t.Actions = t.Connector.ToolActions(t.DefaultRisk)
 	t.SupportsPreview = t.Connector.SupportsPreview()

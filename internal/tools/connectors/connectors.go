@@ -287,6 +287,10 @@ func (m *Manager) listChanged(id, key string) {
 	m.trigger(id)
 }
 
+// Resync re-discovers the connector named id in the background (through
+// the function SetResync set), as a list_changed notification does.
+func (m *Manager) Resync(id string) { m.trigger(id) }
+
 // trigger runs a re-discovery of id in the background; a trigger while one
 // runs makes it run once more after.
 func (m *Manager) trigger(id string) {
