@@ -27,6 +27,7 @@ type fakeConnectors struct {
 	err       error
 	discovers int
 	asked     []string // the URL or command of each discovery
+	forgot    []string
 }
 
 var _ tools.Connectors = (*fakeConnectors)(nil)
@@ -49,6 +50,12 @@ func (f *fakeConnectors) Discover(_ context.Context, def *store.Tool) ([]connect
 	out := make([]connector.ServerTool, len(f.list))
 	copy(out, f.list)
 	return out, nil
+}
+
+func (f *fakeConnectors) Forget(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.forgot = append(f.forgot, id)
 }
 
 func (f *fakeConnectors) set(list []connector.ServerTool, err error) {

@@ -275,6 +275,18 @@ func (r *Registry) reloadAll(ctx context.Context) error {
 // reload takes a ticket after the commit, so the cache converges on what the
 // store holds.
 func (r *Registry) apply(ticket uint64, changes map[string]*Entry) {
+	forget := r.install(ticket, changes)
+	if r.connectors != nil {
+		// Not under mu: closing a session may take a moment.
+		for _, name := range forget {
+			r.connectors.Forget(name)
+		}
+	}
+}
+
+// install is apply's change of the snapshot; it returns the connector tools
+// it removed (or replaced by tools that are not connectors).
+func (r *Registry) install(ticket uint64, changes map[string]*Entry) (forget []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := *r.cache.Load()
@@ -302,10 +314,14 @@ func (r *Registry) apply(ticket uint64, changes map[string]*Entry) {
 		} else {
 			next[name] = e
 		}
+		if cached && old.Tool.Connector != nil && (e == nil || e.Tool.Connector == nil) {
+			forget = append(forget, name)
+		}
 	}
 	if changed {
 		r.cache.Store(&next)
 	}
+	return forget
 }
 
 // entryFor builds the cache entry of a stored tool: its schemas compiled and

@@ -37,4 +37,8 @@ type Connectors interface {
 	// Discover asks an MCP connector's server which tools it offers now
 	// (tools/list, every page). Error text is scrubbed of secrets.
 	Discover(ctx context.Context, def *store.Tool) ([]connector.ServerTool, error)
+	// Forget releases what is held for a connector that is no longer
+	// registered (an MCP session, a server's process). It must not block
+	// on the registry.
+	Forget(id string)
 }

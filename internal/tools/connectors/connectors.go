@@ -124,9 +124,17 @@ type session struct {
 // syncState coalesces re-discoveries of one connector and paces retries.
 type syncState struct {
 	running, again bool
-	failures       int
-	timer          *time.Timer
+	failures       int // consecutive failed discoveries
+	// stray counts consecutive re-discoveries that failed before asking
+	// the server (the tool not stored yet, the store down): retried a few
+	// times only, as the tool may be gone for good.
+	stray int
+	timer *time.Timer
 }
+
+// maxStrayRetries bounds the retries of re-discoveries that failed without
+// asking the server.
+const maxStrayRetries = 5
 
 var _ tools.Connectors = (*Manager)(nil)
 
@@ -189,6 +197,9 @@ func (m *Manager) Discover(ctx context.Context, def *store.Tool) ([]connector.Se
 	cfg := mcpConfig(def, spec)
 	s, err := m.session(cfg)
 	if err != nil {
+		if !errors.Is(err, ErrNoMCP) {
+			m.failed(def.Name) // a secret may be set, a program installed, meanwhile
+		}
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout+discoverTimeout)
@@ -332,6 +343,15 @@ func (m *Manager) runResync(id string) {
 		}
 		m.mu.Lock()
 		st := m.state(id)
+		switch {
+		case err == nil:
+			st.stray = 0
+		case st.timer == nil && st.stray < maxStrayRetries && !m.closed:
+			// It failed before asking the server (which schedules its
+			// own retry): the tool may not be stored yet.
+			st.stray++
+			m.scheduleLocked(id, st)
+		}
 		if !st.again || m.closed {
 			st.running = false
 			m.mu.Unlock()
@@ -349,8 +369,13 @@ func (m *Manager) failed(id string) {
 	if m.closed || m.resync == nil {
 		return
 	}
-	st := m.state(id)
-	if st.timer != nil {
+	m.scheduleLocked(id, m.state(id))
+}
+
+// scheduleLocked arms the retry timer of id, backing off with each failure.
+// Called with mu held.
+func (m *Manager) scheduleLocked(id string, st *syncState) {
+	if st.timer != nil || m.resync == nil {
 		return
 	}
 	delay := m.retryBase << min(st.failures, 10)
@@ -374,6 +399,23 @@ func (m *Manager) succeeded(id string) {
 			st.timer.Stop()
 			st.timer = nil
 		}
+	}
+}
+
+// Forget closes the session of a connector that is no longer registered
+// (a stdio server's process ends with it) and stops retrying its
+// discovery.
+func (m *Manager) Forget(id string) {
+	m.mu.Lock()
+	s := m.sessions[id]
+	delete(m.sessions, id)
+	if st := m.syncs[id]; st != nil && st.timer != nil {
+		st.timer.Stop()
+		st.timer = nil
+	}
+	m.mu.Unlock()
+	if s != nil {
+		m.closeSession(s)
 	}
 }
 

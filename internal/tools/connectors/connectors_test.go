@@ -390,8 +390,17 @@ func TestSessionFollowsTheDefinition(t *testing.T) {
 	}
 	// A list_changed from the replaced session is ignored.
 	first.changed()
-	r.m.Close()
+	// Deregistering the connector ends its session.
+	if _, err := r.reg.Deregister(context.Background(), "files", 0, "ops"); err != nil {
+		t.Fatal(err)
+	}
 	if !second.isClosed() {
+		t.Fatal("a deregistered connector kept its session")
+	}
+	r.register(t)
+	third := r.srv.current()
+	r.m.Close()
+	if !third.isClosed() {
 		t.Fatal("Close left a session open")
 	}
 }
@@ -420,4 +429,24 @@ func TestBindWithoutMCPAndHTTP(t *testing.T) {
 	if _, err := impl.Execute(context.Background(), &toolkit.Call{Action: "read_file"}); err == nil {
 		t.Fatal("an action that was never discovered ran")
 	}
+}
+
+// TestFailedDialIsRetried: a session that cannot be opened (a program not
+// installed yet, a secret not set yet) is tried again.
+func TestFailedDialIsRetried(t *testing.T) {
+	r := newRig(t)
+	r.srv.mu.Lock()
+	r.srv.dialErr = errors.New("exec: files-server: not found")
+	r.srv.mu.Unlock()
+	ctx := context.Background()
+	if _, err := r.reg.Sync(ctx, store.SourceFile, []*store.Tool{filesTool()}, "toolsvc"); err != nil {
+		t.Fatal(err)
+	}
+	r.srv.mu.Lock()
+	r.srv.dialErr = nil
+	r.srv.mu.Unlock()
+	eventually(t, "a retry opens the session and discovers", func() bool {
+		got, _ := r.reg.Get(ctx, "files")
+		return len(got.Actions) == len(serverTools())
+	})
 }
