@@ -3,6 +3,7 @@ package connector
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -76,13 +77,7 @@ func (c checker) add(field, format string, args ...any) {
 
 // notFor refuses fields that belong to another kind of connector.
 func (c checker) notFor(kind string, fields map[string]bool) {
-	for _, f := range slices.Sorted(func(yield func(string) bool) {
-		for f := range fields {
-			if !yield(f) {
-				return
-			}
-		}
-	}) {
+	for _, f := range slices.Sorted(maps.Keys(fields)) {
 		if fields[f] {
 			c.add(f, "is not used by %s connectors", kind)
 		}
@@ -347,13 +342,7 @@ func (c checker) values(field string, m map[string]secrets.Value, pattern *regex
 	if len(m) > maxValues {
 		c.add(field, "has more than %d entries", maxValues)
 	}
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		f := field + "." + k
 		if !pattern.MatchString(k) {
 			c.add(field, "%s is not %s", safeQuote(k), what)

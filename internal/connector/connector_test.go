@@ -257,3 +257,38 @@ func TestCloneIsDeep(t *testing.T) {
 		t.Fatalf("SecretKeys = %v", got)
 	}
 }
+
+// FuzzRender: whatever fills a path parameter, the request stays on the
+// base URL's host and under its path, with no dot segment, and its query
+// and fragment stay empty — or the value is refused.
+func FuzzRender(f *testing.F) {
+	for _, s := range []string{"42", "../admin", "a/../../b", "@evil.com", "x?y=1#z", "%2e%2e", ".", "..\\x", "a b", "\x00"} {
+		f.Add(s)
+	}
+	tmpl, err := ParsePath("/v1/items/{id}/sub")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		path, err := tmpl.Render(map[string]string{"id": v}, url.PathEscape)
+		if err != nil {
+			return
+		}
+		u, err := url.Parse("https://api.example.com" + path)
+		if err != nil {
+			t.Fatalf("rendered %q does not parse: %v", path, err)
+		}
+		if u.Host != "api.example.com" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			t.Fatalf("value %q moved the request: %s", v, u)
+		}
+		segs := strings.Split(u.EscapedPath(), "/")
+		if len(segs) != 5 || segs[1] != "v1" || segs[2] != "items" || segs[4] != "sub" {
+			t.Fatalf("value %q changed the path's shape: %s", v, u.EscapedPath())
+		}
+		for _, seg := range strings.Split(u.Path, "/") {
+			if seg == "." || seg == ".." {
+				t.Fatalf("value %q made a dot segment: %s", v, u.Path)
+			}
+		}
+	})
+}

@@ -170,9 +170,7 @@ func (m *Manager) Bind(def *store.Tool) (toolkit.Tool, error) {
 	spec := connector.Normalize(def.Connector)
 	switch spec.Type {
 	case connector.TypeHTTP:
-		return httpconn.New(def, httpconn.Options{
-			Secrets: m.o.Secrets, Transport: m.o.HTTPTransport, Now: m.o.Now, Logger: m.log,
-		})
+		return httpconn.New(def, httpconn.Options{Secrets: m.o.Secrets, Transport: m.o.HTTPTransport, Now: m.o.Now})
 	case connector.TypeMCP:
 		if m.o.MCP == nil {
 			return nil, ErrNoMCP

@@ -30,7 +30,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -73,8 +72,6 @@ type Options struct {
 	Now func() time.Time
 	// RateLimitWait is used when a 429 names no reset; 0 means the default.
 	RateLimitWait time.Duration
-	// Logger; nil discards.
-	Logger *slog.Logger
 }
 
 // Tool is an HTTP connector bound to one registered definition. It is
@@ -89,7 +86,6 @@ type Tool struct {
 	now      func() time.Time
 	wait     time.Duration
 	maxBytes int64
-	log      *slog.Logger
 }
 
 // action is one declared action, ready to fill.
@@ -122,7 +118,7 @@ func New(def *store.Tool, o Options) (*Tool, error) {
 	}
 	t := &Tool{
 		name: def.Name, spec: spec, base: base, actions: map[string]*action{},
-		secrets: o.Secrets, now: o.Now, wait: o.RateLimitWait, maxBytes: spec.MaxResponseBytes, log: o.Logger,
+		secrets: o.Secrets, now: o.Now, wait: o.RateLimitWait, maxBytes: spec.MaxResponseBytes,
 	}
 	if t.now == nil {
 		t.now = time.Now
@@ -132,9 +128,6 @@ func New(def *store.Tool, o Options) (*Tool, error) {
 	}
 	if t.maxBytes <= 0 {
 		t.maxBytes = connector.DefaultMaxResponseBytes
-	}
-	if t.log == nil {
-		t.log = slog.New(slog.DiscardHandler)
 	}
 	for _, a := range spec.Actions {
 		tmpl, err := connector.ParsePath(a.Path)
@@ -210,7 +203,7 @@ type request struct {
 type resolver func(v secrets.Value) (string, error)
 
 // build makes the request of a call.
-func (t *Tool) build(ctx context.Context, a *action, raw json.RawMessage, resolve resolver, scrub *secrets.Scrubber) (*request, error) {
+func (t *Tool) build(a *action, raw json.RawMessage, resolve resolver, scrub *secrets.Scrubber) (*request, error) {
 	args := map[string]any{}
 	if len(bytes.TrimSpace(raw)) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(raw))
@@ -418,7 +411,7 @@ func (t *Tool) Preview(ctx context.Context, call *toolkit.Call) (*toolkit.Previe
 	if !ok {
 		return nil, fmt.Errorf("http connector %q has no action %q", t.name, call.Action)
 	}
-	r, err := t.build(ctx, a, call.Arguments, func(v secrets.Value) (string, error) { return v.Redacted(), nil }, nil)
+	r, err := t.build(a, call.Arguments, func(v secrets.Value) (string, error) { return v.Redacted(), nil }, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -440,7 +433,7 @@ func (t *Tool) Execute(ctx context.Context, call *toolkit.Call) (res *toolkit.Re
 		return nil, fmt.Errorf("http connector %q has no action %q", t.name, call.Action)
 	}
 	st := secrets.Recording(t.secrets, sc)
-	r, err := t.build(ctx, a, call.Arguments, func(v secrets.Value) (string, error) {
+	r, err := t.build(a, call.Arguments, func(v secrets.Value) (string, error) {
 		s, err := v.Resolve(ctx, st, t.name)
 		return s.Reveal(), err
 	}, sc)
@@ -486,7 +479,7 @@ func (t *Tool) send(ctx context.Context, r *request, sc *secrets.Scrubber) (*too
 
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
-		return t.success(ctx, resp, what, status, sc, safe)
+		return t.success(resp, what, status, sc, safe)
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		now := t.now()
 		reset, ok := toolkit.RateLimitReset(resp.Header, now)
@@ -521,7 +514,7 @@ func (t *Tool) send(ctx context.Context, r *request, sc *secrets.Scrubber) (*too
 }
 
 // success reads a 2xx answer: the JSON body is the value.
-func (t *Tool) success(ctx context.Context, resp *http.Response, what, status string, sc *secrets.Scrubber, safe bool) (*toolkit.Result, error) {
+func (t *Tool) success(resp *http.Response, what, status string, sc *secrets.Scrubber, safe bool) (*toolkit.Result, error) {
 	b, err := io.ReadAll(io.LimitReader(resp.Body, t.maxBytes+1))
 	if err != nil {
 		if safe {
