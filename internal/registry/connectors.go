@@ -68,7 +68,7 @@ func checkDiscovered(found []connector.ServerTool) []connector.ServerTool {
 		d.Name = safetext.Bound(d.Name, maxServerToolName)
 		d.Description = safetext.Bound(d.Description, maxServerDescription)
 		d.InputSchema = compact(d.InputSchema)
-		d.Problem = ""
+		d.Problem = safetext.Bound(d.Problem, 300) // the client's reason for leaving it out
 		out = append(out, d)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Action < out[j].Action })
@@ -76,6 +76,7 @@ func checkDiscovered(found []connector.ServerTool) []connector.ServerTool {
 	for i := range out {
 		d := &out[i]
 		switch {
+		case d.Problem != "":
 		case i >= maxServerTools:
 			d.Problem = fmt.Sprintf("the server lists more than %d tools", maxServerTools)
 		case !namePattern.MatchString(d.Action):

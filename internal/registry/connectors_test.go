@@ -75,6 +75,7 @@ func serverTools() []connector.ServerTool {
 		{Action: "search", Name: "search", Annotations: connector.Annotations{ReadOnly: yes(), OpenWorld: yes()}},
 		{Action: "bad", Name: "bad", InputSchema: json.RawMessage(`{"type":"string"}`)},
 		{Action: "Bad Name", Name: "Bad Name"},
+		{Name: "huge", Problem: "its input schema is larger than 65536 bytes"}, // left out by the client
 	}
 }
 
@@ -142,7 +143,7 @@ func TestRegisterMCPConnectorDiscovers(t *testing.T) {
 				t.Fatal("the caller's discovered list was kept")
 			}
 		}
-		if strings.Join(problems, ",") != "Bad Name,bad" {
+		if strings.Join(problems, ",") != ",Bad Name,bad" {
 			t.Fatalf("problems: %v", got.Connector.Discovered)
 		}
 		if st := got.Connector.ServerTool("write_file"); st == nil || st.Name != "Write File" {

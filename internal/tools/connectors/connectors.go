@@ -41,12 +41,16 @@ type MCPConfig struct {
 	Headers        map[string]secrets.Value
 	CallTimeout    time.Duration
 	ConnectTimeout time.Duration
+	// Scrub removes the secrets the session fetched from text: the
+	// session's scrubber, for the client to apply to what it logs.
+	Scrub func(string) string `json:"-"`
 }
 
 // MCPClient is one session with an MCP server, shared by concurrent calls.
 type MCPClient interface {
 	// Tools lists the server's tools (tools/list, every page), each with
-	// its action name mapped from the server's name.
+	// its action name mapped from the server's name. A tool the client
+	// left out may be listed with its Problem set.
 	Tools(ctx context.Context) ([]connector.ServerTool, error)
 	// Call calls a tool by the server's name. A result with isError is a
 	// Result with Success false; errors are toolkit.Retryable (failed
@@ -251,6 +255,7 @@ func (m *Manager) session(cfg MCPConfig) (*session, error) {
 		return nil, ErrNoMCP
 	}
 	sc := secrets.NewScrubber()
+	cfg.Scrub = sc.Scrub
 	client, err := m.o.MCP(cfg, secrets.Recording(m.o.Secrets, sc), m.log.With("connector", cfg.ID))
 	if err != nil {
 		return nil, toolkit.Retryable(sc.Error(fmt.Errorf("open the MCP session: %w", err)))
