@@ -33,6 +33,10 @@ import (
 	"github.com/toolsvc/toolsvc/internal/tools/demo"
 )
 
+// recordGrace bounds how long a stopping server waits for call outcomes
+// still being recorded in the background.
+const recordGrace = 10 * time.Second
+
 // SystemActor is the principal recorded in audit events of changes toolsvc
 // makes on its own (syncing builtin and file tools at start).
 const SystemActor = "toolsvc"
@@ -49,6 +53,10 @@ type Options struct {
 	// HealthInterval is how often the store is pinged for grpc.health.v1;
 	// 0 means the server's default.
 	HealthInterval time.Duration
+	// WrapStore, if set, wraps the store the configuration opens before
+	// anything uses it (instrumentation, fault injection in tests). The App
+	// closes what it returns.
+	WrapStore func(store.Store) store.Store
 	// MCP opens sessions with MCP servers for MCP connectors; nil serves
 	// none (their calls answer that the connector is not served here).
 	MCP connectors.MCPDialer
@@ -107,6 +115,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 
 	if a.store, err = openStore(ctx, cfg, log); err != nil {
 		return nil, err
+	}
+	if opts.WrapStore != nil {
+		a.store = opts.WrapStore(a.store)
 	}
 
 	var providers []tools.Provider
@@ -340,6 +351,17 @@ func (a *App) Config() *config.Config { return a.cfg }
 // directly only for an App that is never served. It is idempotent.
 func (a *App) Close() {
 	a.closeOnce.Do(func() {
+		if a.exec != nil {
+			// Outcomes still being recorded (the store was unreachable when
+			// their tools returned) get a last chance before the store
+			// closes; what is left is settled by a reaper later.
+			ctx, cancel := context.WithTimeout(context.Background(), recordGrace)
+			if err := a.exec.Wait(ctx); err != nil {
+				a.log.Error("stopping with call outcomes not recorded; the reaper will record them UNKNOWN", "error", err.Error())
+			}
+			cancel()
+			a.exec.Close()
+		}
 		a.stop()
 		if a.reaped != nil {
 			<-a.reaped

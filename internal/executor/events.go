@@ -36,8 +36,10 @@ func (e *Executor) withArgs(c *call, detail map[string]any) map[string]any {
 
 // appendEvents writes standalone events (refusals, replays).
 func (e *Executor) appendEvents(ctx context.Context, evs ...store.AuditEvent) error {
-	if err := e.st.AppendAuditEvents(context.WithoutCancel(ctx), evs); err != nil {
-		return storeFault(err)
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	if err := e.st.AppendAuditEvents(wctx, evs); err != nil {
+		return unavailable(err)
 	}
 	return nil
 }

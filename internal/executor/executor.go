@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -73,6 +74,12 @@ type Executor struct {
 	// them (Abort).
 	aborted context.Context
 	abort   context.CancelFunc
+	// life bounds background work (recording outcomes, giving back
+	// reservations) that outlives the request that started it; Close ends it.
+	life  context.Context
+	close context.CancelFunc
+	// bg counts that background work, for Wait.
+	bg sync.WaitGroup
 }
 
 // New returns an Executor.
@@ -112,9 +119,11 @@ func New(o Options) (*Executor, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	aborted, abort := context.WithCancel(context.Background())
+	life, closeLife := context.WithCancel(context.Background())
 	return &Executor{
 		st: o.Store, reg: o.Registry, gate: o.Gate, policies: o.Policies, health: o.Health,
 		idem: o.Idempotency, opts: o, now: o.Now, log: o.Logger, aborted: aborted, abort: abort,
+		life: life, close: closeLife,
 	}, nil
 }
 
@@ -123,6 +132,35 @@ func New(o Options) (*Executor, error) {
 // recorded from what its tool returns (a tool that ignores cancellation is
 // recorded UNKNOWN after the overrun grace), so Execute returns promptly.
 func (e *Executor) Abort() { e.abort() }
+
+// Wait waits until the outcomes still being recorded, and the reservations
+// still being given back, in the background are stored, or ctx ends. A
+// stopping server calls it after its last request returned and before it
+// closes the store.
+func (e *Executor) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		e.bg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("executor: background recordings still running: %w", ctx.Err())
+	}
+}
+
+// Close ends the background work: an outcome not recorded by now is left to
+// the reaper (which records UNKNOWN once the lease lapses: the tool did run)
+// and a reservation not given back by now is reaped the same way. It waits
+// for the background goroutines to notice. Call it after Wait, before the
+// store closes.
+func (e *Executor) Close() {
+	e.close()
+	e.abort()
+	e.bg.Wait()
+}
 
 // Request is one ExecuteTool request, in domain terms.
 type Request struct {
@@ -231,7 +269,7 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
-			return nil, storeFault(err)
+			return nil, e.storeErr(ctx, c, err)
 		default:
 			resp, goOn, err := e.resume(ctx, c, existing)
 			if !goOn {
@@ -281,6 +319,11 @@ func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
 		Arguments: c.args, Exists: e.existsFunc(c),
 	})
 	if pd.Err != nil {
+		if errors.Is(pd.Err, store.ErrUnavailable) || ctx.Err() != nil {
+			// The history could not be read: the call does not run (fail
+			// closed), but it was not denied either.
+			return nil, e.storeErr(ctx, c, pd.Err)
+		}
 		e.log.Error("a policy could not decide; the call is denied", "tool", c.tool.Name, "action", c.action.Name,
 			"policy", pd.Policy, "err", pd.Err)
 	}
@@ -339,14 +382,17 @@ func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
 		// Risk rose since the preview: it no longer suffices. Give the
 		// preview up (with its event, like every other preview expiry) and
 		// park the key behind an approval instead.
-		if _, err := e.st.ReleaseParkedCall(ctx, store.ReleaseParkedCallParams{
+		wctx, cancel := detached(ctx)
+		_, err := e.st.ReleaseParkedCall(wctx, store.ReleaseParkedCallParams{
 			CallID: c.parked.ID, From: store.CallAwaitingPreview, PreviewState: store.PreviewExpired,
 			Now: now, ExpiresAt: now.Add(e.idem.Retention),
 			Events: []store.AuditEvent{e.event(c, audit.PreviewExpired, "", map[string]any{
 				"expire_time": c.preview.ExpiresAt, "reason": "risk_rose", "risk": c.risk.String(),
 			})},
-		}); err != nil && !errors.Is(err, store.ErrConflict) {
-			return nil, storeFault(err)
+		})
+		cancel()
+		if err != nil && !errors.Is(err, store.ErrConflict) {
+			return nil, e.storeErr(ctx, c, err)
 		}
 		c.preview, c.parked = nil, nil
 		return e.parkForApproval(ctx, c)
@@ -497,10 +543,52 @@ func newID() string {
 	return id.String()
 }
 
-// storeFault turns a store error into what the caller sees.
-func storeFault(err error) error {
+// writeTimeout bounds a write the pipeline makes on the caller's behalf
+// (see detached).
+const writeTimeout = 10 * time.Second
+
+// detached returns a context for a write the pipeline makes for a request:
+// not cancelled with the caller, so that whether the write committed is
+// always learned (a write abandoned mid-flight may have committed, leaving a
+// reservation nobody knows about), and bounded by writeTimeout. The caller's
+// values stay.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+}
+
+// storeFault turns a store error into what the caller sees: a caller that
+// went away or ran out of time is told so (CANCELLED, DEADLINE_EXCEEDED),
+// never that the store is unavailable.
+func storeFault(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctxFault(ctx, "before the request finished")
+	}
+	return unavailable(err)
+}
+
+// unavailable turns a store error into STORE_UNAVAILABLE, or keeps it (the
+// server reports it as internal) when it is not about reaching the store.
+func unavailable(err error) error {
 	if errors.Is(err, store.ErrUnavailable) {
 		return fault.StoreUnavailable(err)
 	}
 	return fmt.Errorf("store: %w", err)
+}
+
+// storeErr is storeFault for the ExecuteTool pipeline: a refusal because the
+// caller went away or ran out of time is audited like every other refusal.
+func (e *Executor) storeErr(ctx context.Context, c *call, err error) error {
+	if ctx.Err() != nil {
+		return e.reject(ctx, c, ctxFault(ctx, "before the call was reserved; it did not run").WithCause(err))
+	}
+	return storeFault(ctx, err)
+}
+
+// ctxFault says that ctx ended (cancelled, or its deadline passed) before
+// what.
+func ctxFault(ctx context.Context, what string) *fault.Error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fault.DeadlinePassed(what)
+	}
+	return fault.Cancelled(what)
 }

@@ -41,9 +41,11 @@ func (e *Executor) parkForApproval(ctx context.Context, c *call, extra ...any) (
 		detail[fmt.Sprint(extra[i])] = extra[i+1]
 	}
 	ev := e.event(c, audit.GateRequired, store.OutcomeApprovalRequired, e.withArgs(c, detail))
-	held, claimed, err := e.st.ClaimCall(ctx, store.ClaimCallParams{Call: rec, Approval: ap, Events: []store.AuditEvent{ev}})
+	wctx, cancel := detached(ctx)
+	held, claimed, err := e.st.ClaimCall(wctx, store.ClaimCallParams{Call: rec, Approval: ap, Events: []store.AuditEvent{ev}})
+	cancel()
 	if err != nil {
-		return nil, storeFault(err)
+		return nil, e.storeErr(ctx, c, err)
 	}
 	if !claimed {
 		return e.lostClaim(ctx, c, held)
@@ -84,9 +86,11 @@ func (e *Executor) parkForPreview(ctx context.Context, c *call) (*Response, erro
 		detail["preview_message"] = pv.Message
 	}
 	ev := e.event(c, audit.GatePreviewRequired, store.OutcomePreviewRequired, e.withArgs(c, detail))
-	held, claimed, err := e.st.ClaimCall(ctx, store.ClaimCallParams{Call: rec, Preview: pv, Events: []store.AuditEvent{ev}})
+	wctx, cancel := detached(ctx)
+	held, claimed, err := e.st.ClaimCall(wctx, store.ClaimCallParams{Call: rec, Preview: pv, Events: []store.AuditEvent{ev}})
+	cancel()
 	if err != nil {
-		return nil, storeFault(err)
+		return nil, e.storeErr(ctx, c, err)
 	}
 	if !claimed {
 		return e.lostClaim(ctx, c, held)

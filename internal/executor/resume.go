@@ -59,7 +59,7 @@ func (e *Executor) resume(ctx context.Context, c *call, ex *store.Call) (resp *R
 			if errors.Is(err, store.ErrNotFound) {
 				return nil, false, e.inProgress(ctx, c)
 			}
-			return nil, false, storeFault(err)
+			return nil, false, e.storeErr(ctx, c, err)
 		}
 	}
 }
@@ -89,7 +89,7 @@ func (e *Executor) resumeApproval(ctx context.Context, c *call, ex *store.Call) 
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, false, true, nil
 		}
-		return nil, false, false, storeFault(err)
+		return nil, false, false, e.storeErr(ctx, c, err)
 	}
 	if c.req.ApprovalID != "" && c.req.ApprovalID != ap.ID {
 		return nil, false, false, e.reject(ctx, c, fault.ForeignApproval(c.req.ApprovalID, ap.ID, c.key))
@@ -142,7 +142,7 @@ func (e *Executor) resumePreview(ctx context.Context, c *call, ex *store.Call) (
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, false, true, nil
 		}
-		return nil, false, false, storeFault(err)
+		return nil, false, false, e.storeErr(ctx, c, err)
 	}
 	if pv.State != store.PreviewPending {
 		return nil, false, true, nil
@@ -183,13 +183,15 @@ func (e *Executor) resumePreview(ctx context.Context, c *call, ex *store.Call) (
 // is not an error.
 func (e *Executor) releaseParked(ctx context.Context, c *call, ex *store.Call, as store.ApprovalState, ps store.PreviewState, evType string, detail map[string]any) error {
 	now := e.now()
-	_, err := e.st.ReleaseParkedCall(ctx, store.ReleaseParkedCallParams{
+	wctx, cancel := detached(ctx)
+	defer cancel()
+	_, err := e.st.ReleaseParkedCall(wctx, store.ReleaseParkedCallParams{
 		CallID: ex.ID, From: ex.State, ApprovalState: as, PreviewState: ps,
 		Now: now, ExpiresAt: now.Add(e.idem.Retention),
 		Events: []store.AuditEvent{e.event(c, evType, "", detail)},
 	})
 	if err != nil && !errors.Is(err, store.ErrConflict) {
-		return storeFault(err)
+		return e.storeErr(ctx, c, err)
 	}
 	return nil
 }

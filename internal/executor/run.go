@@ -17,19 +17,22 @@ import (
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
-// recordTimeout bounds the commit that records an outcome. It runs on a
-// context detached from the caller: the outcome is recorded even if the
-// caller went away.
-const recordTimeout = 10 * time.Second
-
 // maxErrorText bounds tool error text carried into results and audit rows.
 const maxErrorText = 500
+
+// reserveTimeout bounds the commit that reserves a key. It runs detached
+// from the caller (see detached): whether a reservation committed must be
+// learned, or the key would be left IN_PROGRESS with no tool behind it.
+const reserveTimeout = writeTimeout
 
 // run reserves the key (step 10), executes the tool (11) and records the
 // outcome (12).
 func (e *Executor) run(ctx context.Context, c *call) (*Response, error) {
 	adm, err := e.health.Admit(ctx, c.tool.Name)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, e.storeErr(ctx, c, err)
+		}
 		return nil, e.reject(ctx, c, err)
 	}
 	now := e.now()
@@ -58,46 +61,132 @@ func (e *Executor) run(ctx context.Context, c *call) (*Response, error) {
 			}
 		}
 	}()
-	var rec *store.Call
+	token := newClaimToken()
+	rec, held, err := e.reserve(ctx, c, token, now, events)
+	if err != nil {
+		return nil, err
+	}
+	if held != nil {
+		return e.lostClaim(ctx, c, held)
+	}
+	c.callID = rec.ID
+	// The caller went away, or its deadline passed, while the reservation
+	// committed: the tool never starts and the key is given back, so that
+	// nobody later takes this call for one that may have acted.
+	if ctx.Err() != nil || !time.Now().Before(deadline) {
+		why := ctxFault(ctx, "before the tool started; the call did not run")
+		if ctx.Err() == nil {
+			why = fault.DeadlinePassed("before the tool started; the call did not run")
+		}
+		return nil, e.giveBack(ctx, c, token, why)
+	}
+	ran = true
+	return e.execute(ctx, c, rec, adm, deadline)
+}
+
+// reserve moves the key to IN_PROGRESS under token (claiming it, or starting
+// the parked call), detached from the caller. It returns the reserved record,
+// or the record that holds the key when a concurrent request was first. A
+// failure whose outcome is unknown (the store's answer was lost) gives the
+// reservation back in the background, in case it committed.
+func (e *Executor) reserve(ctx context.Context, c *call, token string, now time.Time, events []store.AuditEvent) (rec, held *store.Call, err error) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reserveTimeout)
+	defer cancel()
 	if c.parked != nil {
 		p := store.StartParkedCallParams{
 			CallID: c.parked.ID, Now: now, LeaseExpiresAt: now.Add(e.idem.Lease),
-			Risk: c.risk, Decision: c.decision, Events: events,
+			Risk: c.risk, Decision: c.decision, ClaimToken: token, Events: events,
 		}
 		if c.approval != nil {
 			p.ApprovalID = c.approval.ID
 		} else {
 			p.PreviewToken = c.preview.Token
 		}
-		rec, err = e.st.StartParkedCall(ctx, p)
+		rec, err = e.st.StartParkedCall(wctx, p)
 		if errors.Is(err, store.ErrConflict) {
 			// Another retry consumed it first (or it expired): answer what
 			// the record is now.
-			held, gerr := e.st.GetCall(ctx, c.parked.ID)
+			cur, gerr := e.st.GetCall(ctx, c.parked.ID)
 			if gerr != nil {
-				return nil, storeFault(gerr)
+				return nil, nil, e.storeErr(ctx, c, gerr)
 			}
 			c.parked, c.approval, c.preview = nil, nil, nil
-			return e.lostClaim(ctx, c, held)
-		}
-		if err != nil {
-			return nil, storeFault(err)
+			return nil, cur, nil
 		}
 	} else {
 		var claimed bool
-		rec, claimed, err = e.st.ClaimCall(ctx, store.ClaimCallParams{
-			Call: e.newRecord(c, store.CallInProgress, now), Events: events,
-		})
-		if err != nil {
-			return nil, storeFault(err)
-		}
-		if !claimed {
-			return e.lostClaim(ctx, c, rec)
+		r := e.newRecord(c, store.CallInProgress, now)
+		r.ClaimToken = token
+		rec, claimed, err = e.st.ClaimCall(wctx, store.ClaimCallParams{Call: r, Events: events})
+		if err == nil && !claimed {
+			return nil, rec, nil
 		}
 	}
-	c.callID = rec.ID
-	ran = true
-	return e.execute(ctx, c, rec, adm, deadline)
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrInvalid) {
+			e.releaseLater(c, token, nil)
+		}
+		return nil, nil, e.storeErr(ctx, c, err)
+	}
+	return rec, nil, nil
+}
+
+// giveBack releases a reservation whose tool never started, with the
+// refusal's audit event in the same transaction, and returns the refusal.
+// If the store cannot be reached the release continues in the background.
+func (e *Executor) giveBack(ctx context.Context, c *call, token string, why *fault.Error) error {
+	ev := e.event(c, audit.ToolCallRejected, "", map[string]any{
+		"reason": why.Reason, "message": why.Message, "released": true,
+	})
+	p := e.releaseParams(c, token, why.Message, ev)
+	wctx, cancel := detached(ctx)
+	_, err := e.st.ReleaseClaim(wctx, p)
+	cancel()
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		e.log.Warn("could not give back a reservation; retrying in the background",
+			"call_id", c.callID, "err", err)
+		e.releaseLater(c, token, &ev)
+	}
+	return why
+}
+
+func (e *Executor) releaseParams(c *call, token, why string, events ...store.AuditEvent) store.ReleaseClaimParams {
+	now := e.now()
+	return store.ReleaseClaimParams{
+		PrincipalID: c.principal.ID, IdempotencyKey: c.key, Token: token, AnsweredEvent: audit.ToolCallDeduped,
+		Result: &store.Result{Success: false, Message: "the call did not run: " + why},
+		Now:    now, ExpiresAt: now.Add(e.idem.Retention), Events: events,
+	}
+}
+
+// releaseLater gives a reservation back in the background, retrying while
+// the store cannot be reached, until it is released, found not to exist
+// (it never committed) or the executor closes. ev, if set, is the refusal's
+// event to write with it; without one a tool_call.rejected is written.
+func (e *Executor) releaseLater(c *call, token string, ev *store.AuditEvent) {
+	var events []store.AuditEvent
+	if ev != nil {
+		events = []store.AuditEvent{*ev}
+	} else {
+		events = []store.AuditEvent{e.event(c, audit.ToolCallRejected, "", map[string]any{
+			"reason": fault.ReasonStoreUnavailable, "released": true,
+			"message": "the store's answer to the reservation was lost; it is given back",
+		})}
+	}
+	p := e.releaseParams(c, token, "the store could not be reached to reserve it", events...)
+	e.background(func() {
+		err := e.retryStore(func(ctx context.Context) error {
+			_, err := e.st.ReleaseClaim(ctx, p)
+			return err
+		})
+		switch {
+		case err == nil:
+			e.log.Info("a reservation whose answer was lost was given back", "call_id", p.Events[0].CallID)
+		case errors.Is(err, store.ErrNotFound):
+		default:
+			e.log.Error("could not give back a reservation; the reaper will settle it", "key", c.key, "err", err)
+		}
+	})
 }
 
 // toolOutcome is what came back from a tool.
@@ -112,21 +201,38 @@ type toolOutcome struct {
 	elapsed  time.Duration
 }
 
-// execute runs the reserved call and records its outcome.
+// execute runs the reserved call and records its outcome. Once reserved,
+// the call belongs to toolsvc, not to the caller: it runs to its own
+// deadline and its outcome is recorded even if the caller goes away. The
+// answer waits for the record (the invariant: no caller is told an outcome
+// the store does not hold); if the caller's deadline comes first it is told
+// that the outcome is being recorded, and the recording goes on.
 func (e *Executor) execute(ctx context.Context, c *call, rec *store.Call, adm health.Admission, deadline time.Time) (*Response, error) {
-	// Once reserved, the call belongs to toolsvc, not to the caller: it runs
-	// to its own deadline and its outcome is recorded even if the caller
-	// goes away.
 	base := context.WithoutCancel(ctx)
 	lease := idempotency.KeepAlive(base, e.st, rec.ID, rec.AttemptCount, e.idem, e.now, e.log)
 	out := e.invoke(base, c, rec, deadline, lease)
-	lease.Stop()
+	o := e.decide(base, c, rec, adm, out)
+	done := make(chan recorded, 1)
+	e.background(func() {
+		// The lease is kept alive until the outcome is stored: while the
+		// store is unreachable no reaper can take it, and once it is back
+		// the record lands before the lease lapses (or replaces the
+		// reaper's guess if it does not).
+		defer lease.Stop()
+		done <- e.persist(c, rec, o)
+	})
 	select {
-	case <-lease.Lost():
-		e.log.Warn("lease lost while the tool ran; recording the outcome anyway", "call_id", rec.ID)
-	default:
+	case r := <-done:
+		return r.resp, r.err
+	case <-ctx.Done():
+		kind := fault.Canceled
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			kind = fault.DeadlineExceeded
+		}
+		e.log.Info("the caller left before the outcome was recorded; it will be recorded and replayed",
+			"call_id", rec.ID, "reason", ctx.Err().Error())
+		return nil, fault.OutcomePending(kind, c.key, rec.ID)
 	}
-	return e.record(base, c, rec, adm, out)
 }
 
 // invoke calls the tool with the deadline on its context, recovering panics.
@@ -174,9 +280,18 @@ func (e *Executor) invoke(base context.Context, c *call, rec *store.Call, deadli
 	return out
 }
 
-// record stores the outcome, its audit event, the task history and the
-// tool's health in one transaction, and answers.
-func (e *Executor) record(base context.Context, c *call, rec *store.Call, adm health.Admission, out toolOutcome) (*Response, error) {
+// finished is a tool's outcome made ready to record: what to store (the
+// outcome, its audit event, the task history and the health change, for one
+// transaction), what to do once it is stored, and what to answer.
+type finished struct {
+	params store.FinishCallParams
+	commit func() // applies the health change locally once stored
+	resp   *Response
+	answer error // the answer instead of resp (a rate-limited call)
+}
+
+// decide says what the tool's return means.
+func (e *Executor) decide(base context.Context, c *call, rec *store.Call, adm health.Admission, out toolOutcome) finished {
 	var (
 		state   store.CallState
 		outcome store.Outcome
@@ -277,23 +392,13 @@ func (e *Executor) record(base context.Context, c *call, rec *store.Call, adm he
 	if state == store.CallSucceeded {
 		p.History = policy.HistoryEntry(c.tool, c.action, c.principal.ID, c.req.TaskID, rec.ID, c.args, now)
 	}
-	rctx, cancel := context.WithTimeout(base, recordTimeout)
-	defer cancel()
-	if _, err := e.st.FinishCall(rctx, p); err != nil {
-		// The tool ran; its outcome could not be stored. The caller still
-		// learns what happened; the record stays IN_PROGRESS until the reaper
-		// marks it UNKNOWN (or an operator resolves it).
-		e.log.Error("could not record a call's outcome", "call_id", rec.ID, "state", state, "err", err)
-	} else {
-		commit()
+	return finished{
+		params: p, commit: commit, answer: answer,
+		resp: &Response{
+			CallID: rec.ID, IdempotencyKey: c.key, Outcome: outcome, Result: result,
+			Risk: c.risk, Decision: c.decision, Attempt: rec.AttemptCount, Approval: c.approval,
+		},
 	}
-	if answer != nil {
-		return nil, answer
-	}
-	return &Response{
-		CallID: rec.ID, IdempotencyKey: c.key, Outcome: outcome, Result: result,
-		Risk: c.risk, Decision: c.decision, Attempt: rec.AttemptCount, Approval: c.approval,
-	}, nil
 }
 
 // errText is an error's text bounded for results and audit rows.

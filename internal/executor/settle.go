@@ -36,7 +36,7 @@ func (e *Executor) ResolveApproval(ctx context.Context, p *auth.Principal, id st
 		return nil, fault.ApprovalNotFound(id)
 	}
 	if err != nil {
-		return nil, storeFault(err)
+		return nil, storeFault(ctx, err)
 	}
 	c := e.approvalCall(ap, p)
 	if ap.Requester == p.ID {
@@ -53,7 +53,7 @@ func (e *Executor) ResolveApproval(ctx context.Context, p *auth.Principal, id st
 			Events: []store.AuditEvent{e.event(c, audit.ApprovalExpired, "",
 				map[string]any{"approval_id": ap.ID, "expire_time": ap.ExpiresAt})},
 		}); err != nil && !errors.Is(err, store.ErrConflict) {
-			return nil, storeFault(err)
+			return nil, storeFault(ctx, err)
 		}
 		return nil, fault.ApprovalExpired(ap.ID, ap.ExpiresAt, "")
 	}
@@ -83,7 +83,7 @@ func (e *Executor) ResolveApproval(ctx context.Context, p *auth.Principal, id st
 		return nil, fault.ApprovalExpired(id, ap.ExpiresAt, "")
 	}
 	if err != nil {
-		return nil, storeFault(err)
+		return nil, storeFault(ctx, err)
 	}
 	return out, nil
 }
@@ -132,7 +132,7 @@ func (e *Executor) GetCall(ctx context.Context, p *auth.Principal, callID, key s
 		return nil, fault.CallNotFound()
 	}
 	if err != nil {
-		return nil, storeFault(err)
+		return nil, storeFault(ctx, err)
 	}
 	return c, nil
 }
@@ -158,7 +158,7 @@ func (e *Executor) ResolveCall(ctx context.Context, p *auth.Principal, callID st
 		return nil, fault.CallNotFound()
 	}
 	if err != nil {
-		return nil, storeFault(err)
+		return nil, storeFault(ctx, err)
 	}
 	if cur.State != store.CallUnknown {
 		return nil, fault.CallNotUnknown(callID, string(cur.State))
@@ -181,7 +181,7 @@ func (e *Executor) ResolveCall(ctx context.Context, p *auth.Principal, callID st
 		return nil, e.currentState(ctx, callID)
 	}
 	if err != nil {
-		return nil, storeFault(err)
+		return nil, storeFault(ctx, err)
 	}
 	return out, nil
 }

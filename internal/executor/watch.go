@@ -19,7 +19,7 @@ func (e *Executor) WatchApprovals(ctx context.Context, tool string, send func(*s
 	// Subscribe before the snapshot so nothing created in between is missed.
 	notes, err := e.st.Subscribe(ctx)
 	if err != nil {
-		return storeFault(err)
+		return storeFault(ctx, err)
 	}
 	if err := e.sendPending(ctx, tool, send); err != nil {
 		return err
@@ -33,7 +33,7 @@ func (e *Executor) WatchApprovals(ctx context.Context, tool string, send func(*s
 				if ctx.Err() != nil {
 					return nil
 				}
-				return storeFault(store.ErrUnavailable)
+				return storeFault(ctx, store.ErrUnavailable)
 			}
 			if n.Topic != store.TopicApprovals {
 				continue
@@ -49,7 +49,7 @@ func (e *Executor) WatchApprovals(ctx context.Context, tool string, send func(*s
 			case errors.Is(err, store.ErrNotFound):
 				continue // deleted with its call (retention)
 			case err != nil:
-				return storeFault(err)
+				return storeFault(ctx, err)
 			}
 			if tool != "" && ap.Tool != tool {
 				continue
@@ -68,7 +68,7 @@ func (e *Executor) sendPending(ctx context.Context, tool string, send func(*stor
 			Before: before, Limit: watchPage, State: store.ApprovalPending, Tool: tool,
 		})
 		if err != nil {
-			return storeFault(err)
+			return storeFault(ctx, err)
 		}
 		for _, ap := range page {
 			if err := send(ap); err != nil {

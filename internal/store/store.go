@@ -151,7 +151,7 @@ type CallStore interface {
 	// ClaimCall claims p.Call's (PrincipalID, IdempotencyKey) in one atomic
 	// step. If the key is free it inserts p.Call as given (its State is
 	// IN_PROGRESS, AWAITING_APPROVAL or AWAITING_PREVIEW; AttemptCount is 1
-	// for IN_PROGRESS, else 0). If a RELEASED record holds the key with the
+	// for IN_PROGRESS, else 0; its ClaimToken is kept for ReleaseClaim). If a RELEASED record holds the key with the
 	// same fingerprint, that record is taken over instead: it keeps its ID and
 	// CreatedAt, takes every other field from p.Call, and its AttemptCount is
 	// incremented when the new state is IN_PROGRESS; the store then rewrites
@@ -170,7 +170,8 @@ type CallStore interface {
 	//   - AWAITING_PREVIEW: the preview p.PreviewToken (the call's) must be
 	//     PENDING and ExpiresAt > p.Now; it becomes CONSUMED.
 	// The call gets State IN_PROGRESS, LeaseExpiresAt, Risk, Decision,
-	// UpdatedAt = p.Now, AttemptCount+1, and p.Events are appended. ErrNotFound
+	// ClaimToken, UpdatedAt = p.Now, AttemptCount+1, and p.Events are
+	// appended. ErrNotFound
 	// if the call does not exist; ErrConflict if anything is not as required
 	// (so that of concurrent callers exactly one starts the call).
 	StartParkedCall(ctx context.Context, p StartParkedCallParams) (*Call, error)
@@ -189,6 +190,17 @@ type CallStore interface {
 	// events with it, and the outcome is still recorded. ErrConflict if the
 	// call is not in such a state; ErrNotFound if it does not exist.
 	FinishCall(ctx context.Context, p FinishCallParams) (*Call, error)
+	// ReleaseClaim gives back a reservation whose tool never started: the
+	// call holding (p.PrincipalID, p.IdempotencyKey) with ClaimToken p.Token,
+	// if it is IN_PROGRESS (or UNKNOWN from a reaped lease, not resolved by
+	// hand and with no event of type p.AnsweredEvent: the tool did not act,
+	// whatever the reaper guessed, and nobody was told the guess), becomes
+	// RELEASED with Result p.Result, UpdatedAt p.Now, ExpiresAt p.ExpiresAt
+	// and no lease; its AttemptCount is kept. p.Events are appended with
+	// their CallID set to the released call's. ErrNotFound if no call holds
+	// the key with that token in such a state (the reservation never
+	// committed, or has moved on): nothing to give back.
+	ReleaseClaim(ctx context.Context, p ReleaseClaimParams) (*Call, error)
 	// ReleaseParkedCall gives up a parked call whose approval or preview can no
 	// longer be used: the call must be in state p.From (a parked state); it
 	// becomes RELEASED and its approval (if p.ApprovalState is set) or preview
@@ -250,7 +262,23 @@ type StartParkedCallParams struct {
 	LeaseExpiresAt time.Time
 	Risk           RiskLevel
 	Decision       GateDecision
+	ClaimToken     string
 	Events         []AuditEvent
+}
+
+// ReleaseClaimParams are ReleaseClaim's inputs.
+type ReleaseClaimParams struct {
+	PrincipalID    string
+	IdempotencyKey string
+	Token          string // required
+	// AnsweredEvent is the event type that says a call's stored outcome was
+	// answered to a caller (a replay); a reaped call with such an event is
+	// not released. Required.
+	AnsweredEvent string
+	Result        *Result
+	Now           time.Time
+	ExpiresAt     time.Time
+	Events        []AuditEvent
 }
 
 // FinishCallParams are FinishCall's inputs.

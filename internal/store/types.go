@@ -195,7 +195,13 @@ type Call struct {
 	// LeaseExpiresAt: while IN_PROGRESS, when the lease lapses unless renewed.
 	LeaseExpiresAt time.Time
 	// AttemptCount counts claims of the key for execution (IN_PROGRESS).
-	AttemptCount      int
+	AttemptCount int
+	// ClaimToken identifies the reservation that moved the call to
+	// IN_PROGRESS (ClaimCall or StartParkedCall): a reservation whose outcome
+	// its maker never learned (the store's answer was lost) can still be
+	// given back by ReleaseClaim, and only by its maker. Internal: never
+	// shown to callers.
+	ClaimToken        string
 	ResolvedBy        string
 	ResolutionComment string
 	CreatedAt         time.Time

@@ -113,15 +113,17 @@ func TestDeadReplicaCallBecomesUnknown(t *testing.T) {
 	want := []string{audit.ToolCallAttempted, audit.ToolCallRejected, audit.ToolCallUnknown, audit.ToolCallDeduped}
 	wantTypes(t, "dead replica's call", callTypes(ctx, t, b.app.Store(), c.CallId), want)
 
-	// The stuck tool finally returns on A. A cannot record it (the caller
-	// still on A is told what the tool said); the stored outcome stays
-	// UNKNOWN and nothing runs again.
+	// The stuck tool finally returns on A. A cannot record it, so the
+	// caller still on A is not told what the tool said (no answer the store
+	// does not hold): it gets an error, and the stored outcome stays
+	// UNKNOWN; nothing runs again.
 	release()
 	select {
 	case ans := <-onA:
-		if ans.err != nil || ans.resp.Outcome != toolsvcv1.Outcome_OUTCOME_SUCCEEDED || ans.resp.CallId != c.CallId {
-			t.Fatalf("caller on the dead replica: %v %v", ans.resp, ans.err)
+		if ans.resp != nil {
+			t.Fatalf("the caller on the dead replica was told an outcome the store does not hold: %v", ans.resp)
 		}
+		wantRefusal(t, ans.err, codes.Unavailable, "STORE_UNAVAILABLE", true)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the caller on the dead replica was not answered")
 	}

@@ -36,6 +36,17 @@ func (st *state) appendEvents(events []*store.AuditEvent) {
 	}
 }
 
+// hasEvent reports whether an event of type typ was appended for callID.
+// It scans the trail from the newest event: for rare checks only.
+func (st *state) hasEvent(callID, typ string) bool {
+	for i := len(st.audit) - 1; i >= 0; i-- {
+		if e := st.audit[i]; e.CallID == callID && e.Type == typ {
+			return true
+		}
+	}
+	return false
+}
+
 // AppendAuditEvents implements store.AuditStore.
 func (s *Store) AppendAuditEvents(ctx context.Context, events []store.AuditEvent) error {
 	evs, err := importEvents(events)

@@ -221,6 +221,7 @@ func (s *Store) StartParkedCall(ctx context.Context, p store.StartParkedCallPara
 		c.Decision = p.Decision
 		c.UpdatedAt = now
 		c.AttemptCount++
+		c.ClaimToken = p.ClaimToken
 		st.appendEvents(events)
 		out = cloneCall(c)
 		return nil
@@ -315,6 +316,53 @@ func (s *Store) FinishCall(ctx context.Context, p store.FinishCallParams) (*stor
 		return nil
 	})
 	return out, err
+}
+
+// ReleaseClaim implements store.CallStore.
+func (s *Store) ReleaseClaim(ctx context.Context, p store.ReleaseClaimParams) (*store.Call, error) {
+	if p.Token == "" || p.AnsweredEvent == "" {
+		return nil, fmt.Errorf("release claim: a token and the answered event type are required: %w", store.ErrInvalid)
+	}
+	result, err := importResult(p.Result)
+	if err != nil {
+		return nil, err
+	}
+	events, err := importEvents(p.Events)
+	if err != nil {
+		return nil, err
+	}
+	var out *store.Call
+	err = s.write(ctx, func(tx *tx) error {
+		st := tx.st
+		id, ok := st.callKeys[callKey{p.PrincipalID, p.IdempotencyKey}]
+		c := st.calls[id]
+		if !ok || c == nil || c.ClaimToken != p.Token ||
+			!(c.State == store.CallInProgress || (c.State == store.CallUnknown && c.ResolvedBy == "" &&
+				!st.hasEvent(c.ID, p.AnsweredEvent))) {
+			return fmt.Errorf("no reservation of key %q with that token to give back: %w", p.IdempotencyKey, store.ErrNotFound)
+		}
+		for _, e := range events {
+			e.CallID = c.ID
+		}
+		if err := st.checkEvents(events); err != nil {
+			return err
+		}
+		c.State = store.CallReleased
+		c.Result = result
+		c.UpdatedAt = normTime(p.Now)
+		c.ExpiresAt = normTime(p.ExpiresAt)
+		c.LeaseExpiresAt = time.Time{}
+		st.appendEvents(events)
+		out = cloneCall(c)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := range p.Events {
+		p.Events[i].CallID = out.ID
+	}
+	return out, nil
 }
 
 // ReleaseParkedCall implements store.CallStore.

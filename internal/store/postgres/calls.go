@@ -42,7 +42,7 @@ func (s *Store) GetCallByKey(ctx context.Context, principalID, key string) (*sto
 // locks the holder's row, so reading it next in the same transaction sees the
 // record that won.
 var claimCallSQL = `INSERT INTO calls (` + callColumns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)
 	ON CONFLICT ON CONSTRAINT calls_principal_key_uniq DO UPDATE SET
 		fingerprint = EXCLUDED.fingerprint, tool = EXCLUDED.tool, action = EXCLUDED.action,
 		tool_version = EXCLUDED.tool_version, state = EXCLUDED.state, trace_id = EXCLUDED.trace_id,
@@ -52,7 +52,7 @@ var claimCallSQL = `INSERT INTO calls (` + callColumns + `)
 		lease_expires_at = EXCLUDED.lease_expires_at,
 		attempt_count = calls.attempt_count + CASE WHEN EXCLUDED.state = 'IN_PROGRESS' THEN 1 ELSE 0 END,
 		resolved_by = EXCLUDED.resolved_by, resolution_comment = EXCLUDED.resolution_comment,
-		updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at
+		updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at, claim_token = EXCLUDED.claim_token
 	WHERE calls.state = 'RELEASED' AND calls.fingerprint = EXCLUDED.fingerprint
 	RETURNING ` + callColumns
 
@@ -309,7 +309,7 @@ var startParkedCallSQL = `WITH consumed_approval AS (
 		RETURNING token
 	)
 	UPDATE calls SET state = 'IN_PROGRESS', lease_expires_at = $5, risk = $6, decision = $7, updated_at = $4,
-		attempt_count = attempt_count + 1
+		attempt_count = attempt_count + 1, claim_token = $10
 	WHERE id = $1 AND (
 		(state = 'AWAITING_APPROVAL' AND approval_id = $2 AND EXISTS (SELECT 1 FROM consumed_approval)) OR
 		(state = 'AWAITING_PREVIEW' AND preview_token = $3 AND EXISTS (SELECT 1 FROM consumed_preview)))
@@ -329,7 +329,7 @@ func (s *Store) StartParkedCall(ctx context.Context, p store.StartParkedCallPara
 		var tl tail
 		tl.batch.BeginTx(pgx.TxOptions{})
 		tl.batch.Queue(startParkedCallSQL, p.CallID, p.ApprovalID, p.PreviewToken, p.Now, tsArg(p.LeaseExpiresAt),
-			riskText(p.Risk), string(p.Decision), notifyChannel, string(store.TopicApprovals)+":")
+			riskText(p.Risk), string(p.Decision), notifyChannel, string(store.TopicApprovals)+":", p.ClaimToken)
 		// A refused event queues nothing: it is reported once the call is
 		// known to have started, as the statement's own outcome comes first.
 		tl.events(p.Events)
@@ -495,6 +495,51 @@ func (s *Store) finishInTx(ctx context.Context, p store.FinishCallParams, result
 	})
 	if err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// releaseClaimSQL gives back a reservation by its token; $1..$7 are the
+// principal, the key, the token, the result, now, the retention and the
+// type of event that says a reaped call's UNKNOWN was answered.
+const releaseClaimSQL = `UPDATE calls SET state = 'RELEASED', result = $4, updated_at = $5, expires_at = $6,
+		lease_expires_at = NULL
+	WHERE principal_id = $1 AND idempotency_key = $2 AND claim_token = $3 AND $3 <> ''
+		AND (state = 'IN_PROGRESS' OR (state = 'UNKNOWN' AND resolved_by = '' AND NOT EXISTS (
+			SELECT 1 FROM audit_events e WHERE e.call_id = calls.id AND e.call_id <> '' AND e.type = $7)))
+	RETURNING ` + callColumns
+
+// ReleaseClaim implements store.CallStore: the update, then the events
+// under the released call's id, in one transaction.
+func (s *Store) ReleaseClaim(ctx context.Context, p store.ReleaseClaimParams) (*store.Call, error) {
+	if p.Token == "" || p.AnsweredEvent == "" {
+		return nil, fmt.Errorf("%w: release claim: a token and the answered event type are required", store.ErrInvalid)
+	}
+	result, err := resultArg(p.Result)
+	if err != nil {
+		return nil, err
+	}
+	var out *store.Call
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, err = scanCall(tx.QueryRow(ctx, releaseClaimSQL,
+			p.PrincipalID, p.IdempotencyKey, p.Token, result, p.Now, tsArg(p.ExpiresAt), p.AnsweredEvent))
+		if err != nil {
+			return fmt.Errorf("release claim on key %q: %w", p.IdempotencyKey, err)
+		}
+		events := append([]store.AuditEvent(nil), p.Events...)
+		for i := range events {
+			events[i].CallID = out.ID
+		}
+		var tl tail
+		tl.events(events)
+		return tl.send(ctx, tx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := range p.Events {
+		p.Events[i].CallID = out.ID
 	}
 	return out, nil
 }

@@ -197,7 +197,7 @@ func healthArgs(h *store.ToolHealth) []any {
 
 const callColumns = `id, principal_id, idempotency_key, fingerprint, tool, action, tool_version, state,
 	trace_id, task_id, step_id, risk, decision, approval_id, preview_token, result, lease_expires_at,
-	attempt_count, resolved_by, resolution_comment, created_at, updated_at, expires_at`
+	attempt_count, resolved_by, resolution_comment, created_at, updated_at, expires_at, claim_token`
 
 // scanCall scans one call row; extra receives the columns a statement
 // returns after callColumns.
@@ -208,7 +208,7 @@ func scanCall(row pgx.Row, extra ...any) (*store.Call, error) {
 	dst := []any{&c.ID, &c.PrincipalID, &c.IdempotencyKey, &c.Fingerprint, &c.Tool, &c.Action, &c.ToolVersion,
 		&state, &c.TraceID, &c.TaskID, &c.StepID, riskDst{&c.Risk}, &decision, &c.ApprovalID, &c.PreviewToken,
 		&result, timeDst{&c.LeaseExpiresAt}, &c.AttemptCount, &c.ResolvedBy, &c.ResolutionComment,
-		timeDst{&c.CreatedAt}, timeDst{&c.UpdatedAt}, timeDst{&c.ExpiresAt}}
+		timeDst{&c.CreatedAt}, timeDst{&c.UpdatedAt}, timeDst{&c.ExpiresAt}, &c.ClaimToken}
 	if err := row.Scan(append(dst, extra...)...); err != nil {
 		return nil, interpretError(err)
 	}
@@ -230,7 +230,7 @@ func callArgs(c *store.Call) ([]any, error) {
 	return []any{c.ID, c.PrincipalID, c.IdempotencyKey, c.Fingerprint, c.Tool, c.Action, c.ToolVersion,
 		string(c.State), c.TraceID, c.TaskID, c.StepID, riskText(c.Risk), string(c.Decision), c.ApprovalID,
 		c.PreviewToken, result, tsArg(c.LeaseExpiresAt), c.AttemptCount, c.ResolvedBy, c.ResolutionComment,
-		tsArg(c.CreatedAt), tsArg(c.UpdatedAt), tsArg(c.ExpiresAt)}, nil
+		tsArg(c.CreatedAt), tsArg(c.UpdatedAt), tsArg(c.ExpiresAt), c.ClaimToken}, nil
 }
 
 // --- approvals ---

@@ -32,6 +32,8 @@ func callTests() []test {
 		{"FinishReaped", testFinishReaped},
 		{"FinishAfterToolDeleted", testFinishAfterToolDeleted},
 		{"ReleaseParked", testReleaseParked},
+		{"ReleaseClaim", testReleaseClaim},
+		{"ReleaseClaimParked", testReleaseClaimParked},
 		{"Resolve", testResolveCall},
 		{"Reap", testReap},
 		{"ReapConcurrent", testReapConcurrent},
@@ -411,7 +413,7 @@ func startParams(c *store.Call, d time.Duration) store.StartParkedCallParams {
 	return store.StartParkedCallParams{
 		CallID: c.ID, ApprovalID: c.ApprovalID, PreviewToken: c.PreviewToken,
 		Now: at(2 * time.Minute), LeaseExpiresAt: at(3*time.Minute + d),
-		Risk: toolkit.RiskCritical, Decision: store.DecisionConfirm,
+		Risk: toolkit.RiskCritical, Decision: store.DecisionConfirm, ClaimToken: "claim-" + newID(),
 		Events: []store.AuditEvent{newEvent(audit.ToolCallAttempted, c.ID)},
 	}
 }
@@ -465,6 +467,7 @@ func testStartParkedApproval(t *testing.T, s store.Store) {
 	want.Risk, want.Decision = p.Risk, p.Decision
 	want.UpdatedAt = p.Now
 	want.AttemptCount = 1
+	want.ClaimToken = p.ClaimToken
 	wantCall(t, "started call", got, &want)
 	wantCall(t, "stored call", getCall(t, s, c.ID), &want)
 	approved.State = store.ApprovalConsumed
@@ -585,6 +588,7 @@ func testStartParkedPreview(t *testing.T, s store.Store) {
 	want.Risk, want.Decision = p.Risk, p.Decision
 	want.UpdatedAt = p.Now
 	want.AttemptCount = 1
+	want.ClaimToken = p.ClaimToken
 	wantCall(t, "started call", got, &want)
 	wantCall(t, "stored call", getCall(t, s, c.ID), &want)
 	pv := newPreview(c)
@@ -1493,5 +1497,120 @@ func testCallCopies(t *testing.T, s store.Store) {
 	stored.Result.Message = "mutated too"
 	if got := getCall(t, s, d.ID); got.Result.Message != "x" || string(canonJSON(t, got.Result.Value)) != string(canonJSON(t, result("x").Value)) {
 		t.Fatalf("stored result changed with the caller's copy: %s", show(got.Result))
+	}
+}
+
+func releaseClaimParams(c *store.Call, token string) store.ReleaseClaimParams {
+	return store.ReleaseClaimParams{
+		PrincipalID: c.PrincipalID, IdempotencyKey: c.IdempotencyKey, Token: token, AnsweredEvent: audit.ToolCallDeduped,
+		Result: &store.Result{Message: "the caller's deadline passed before the tool started"},
+		Now:    at(2 * time.Minute), ExpiresAt: at(2 * time.Hour),
+		Events: []store.AuditEvent{newEvent(audit.ToolCallRejected, "")},
+	}
+}
+
+// testReleaseClaim: a reservation is given back by its token, and only by
+// it: a stale token never releases a later reservation of the same key.
+func testReleaseClaim(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	c := newCall("agent-1", "key-1", store.CallInProgress)
+	claim(t, s, c)
+	first := c.ClaimToken
+
+	_, err := s.ReleaseClaim(ctx, releaseClaimParams(c, ""))
+	wantErr(t, "ReleaseClaim without a token", err, store.ErrInvalid)
+	for _, p := range []store.ReleaseClaimParams{
+		releaseClaimParams(c, "claim-other"),
+		func() store.ReleaseClaimParams {
+			p := releaseClaimParams(c, first)
+			p.PrincipalID = "agent-2"
+			return p
+		}(),
+		func() store.ReleaseClaimParams {
+			p := releaseClaimParams(c, first)
+			p.IdempotencyKey = "key-2"
+			return p
+		}(),
+	} {
+		_, err := s.ReleaseClaim(ctx, p)
+		wantErr(t, "ReleaseClaim of someone else's reservation", err, store.ErrNotFound)
+		wantNoEvents(t, s, p.Events...)
+	}
+	wantCall(t, "untouched call", getCall(t, s, c.ID), c)
+
+	p := releaseClaimParams(c, first)
+	got, err := s.ReleaseClaim(ctx, p)
+	noErr(t, "ReleaseClaim", err)
+	want := *c
+	want.State, want.Result = store.CallReleased, p.Result
+	want.UpdatedAt, want.ExpiresAt, want.LeaseExpiresAt = p.Now, p.ExpiresAt, time.Time{}
+	wantCall(t, "released call", got, &want)
+	wantCall(t, "stored call", getCall(t, s, c.ID), &want)
+	if p.Events[0].CallID != c.ID {
+		t.Fatalf("event call id %q, want %q", p.Events[0].CallID, c.ID)
+	}
+	wantEvents(t, s, store.AuditFilter{CallID: c.ID, Types: []string{audit.ToolCallRejected}}, p.Events...)
+	again := releaseClaimParams(c, first)
+	_, err = s.ReleaseClaim(ctx, again)
+	wantErr(t, "ReleaseClaim twice", err, store.ErrNotFound)
+
+	// The key is claimed again under a new token: the old token must not
+	// give that reservation back (it is someone else's running call).
+	next := newCall("agent-1", "key-1", store.CallInProgress)
+	claim(t, s, next)
+	_, err = s.ReleaseClaim(ctx, releaseClaimParams(c, first))
+	wantErr(t, "ReleaseClaim with a stale token", err, store.ErrNotFound)
+	if cur := getCall(t, s, c.ID); cur.State != store.CallInProgress || cur.AttemptCount != 2 || cur.ClaimToken != next.ClaimToken {
+		t.Fatalf("a stale token changed the new reservation: %+v", cur)
+	}
+
+	// A reaped reservation whose tool never started is given back too; one
+	// an operator resolved by hand is not.
+	if got := reap(t, s, at(2*time.Hour)); len(got) != 1 {
+		t.Fatalf("reaped %d calls, want 1", len(got))
+	}
+	rel, err := s.ReleaseClaim(ctx, releaseClaimParams(c, next.ClaimToken))
+	noErr(t, "ReleaseClaim of a reaped reservation", err)
+	if rel.State != store.CallReleased || rel.AttemptCount != 2 {
+		t.Fatalf("released %+v", rel)
+	}
+	// ... unless its UNKNOWN was answered to someone: that answer stands.
+	told := newCall("agent-1", "key-4", store.CallInProgress)
+	claim(t, s, told)
+	reap(t, s, at(2*time.Hour))
+	noErr(t, "AppendAuditEvents", s.AppendAuditEvents(ctx, []store.AuditEvent{newEvent(audit.ToolCallDeduped, told.ID)}))
+	_, err = s.ReleaseClaim(ctx, releaseClaimParams(told, told.ClaimToken))
+	wantErr(t, "ReleaseClaim of a reaped call whose UNKNOWN was answered", err, store.ErrNotFound)
+	if cur := getCall(t, s, told.ID); cur.State != store.CallUnknown {
+		t.Fatalf("answered UNKNOWN became %s", cur.State)
+	}
+
+	other := newCall("agent-1", "key-3", store.CallInProgress)
+	claim(t, s, other)
+	reap(t, s, at(2*time.Hour))
+	_, err = s.ResolveCall(ctx, store.ResolveCallParams{CallID: other.ID, State: store.CallFailed,
+		Result: result("checked"), ResolvedBy: "op-1", Now: at(3 * time.Hour), ExpiresAt: at(4 * time.Hour)})
+	noErr(t, "ResolveCall", err)
+	_, err = s.ReleaseClaim(ctx, releaseClaimParams(other, other.ClaimToken))
+	wantErr(t, "ReleaseClaim of a resolved call", err, store.ErrNotFound)
+}
+
+// testReleaseClaimParked: a parked call started by StartParkedCall is given
+// back by the token of that start.
+func testReleaseClaimParked(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	c := newCall("agent-1", "key-1", store.CallAwaitingApproval)
+	claim(t, s, c)
+	approve(t, s, c.ApprovalID)
+	sp := startParams(c, 0)
+	_, err := s.StartParkedCall(ctx, sp)
+	noErr(t, "StartParkedCall", err)
+	if cur := getCall(t, s, c.ID); cur.ClaimToken != sp.ClaimToken {
+		t.Fatalf("claim token %q, want %q", cur.ClaimToken, sp.ClaimToken)
+	}
+	got, err := s.ReleaseClaim(ctx, releaseClaimParams(c, sp.ClaimToken))
+	noErr(t, "ReleaseClaim", err)
+	if got.State != store.CallReleased || got.AttemptCount != 1 || !got.LeaseExpiresAt.IsZero() {
+		t.Fatalf("released %+v", got)
 	}
 }

@@ -107,6 +107,7 @@ func newCall(principal, key string, state store.CallState) *store.Call {
 	case store.CallInProgress:
 		c.AttemptCount = 1
 		c.LeaseExpiresAt = at(time.Minute)
+		c.ClaimToken = "claim-" + newID()
 	case store.CallAwaitingApproval:
 		c.ApprovalID = newID()
 		c.Risk = toolkit.RiskHigh
