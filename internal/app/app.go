@@ -57,8 +57,8 @@ type Options struct {
 	// anything uses it (instrumentation, fault injection in tests). The App
 	// closes what it returns.
 	WrapStore func(store.Store) store.Store
-	// MCP opens sessions with MCP servers for MCP connectors; nil serves
-	// none (their calls answer that the connector is not served here).
+	// MCP opens sessions with MCP servers for MCP connectors; nil means
+	// internal/tools/mcp's client (tests put a fake here).
 	MCP connectors.MCPDialer
 	// ConnectorTransport sends HTTP connectors' requests; nil means
 	// http.DefaultTransport.
@@ -129,8 +129,12 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 	if err != nil {
 		return nil, err
 	}
+	dial := opts.MCP
+	if dial == nil {
+		dial = mcpDialer
+	}
 	a.conns = connectors.New(connectors.Options{
-		Secrets: secretStore, HTTPTransport: opts.ConnectorTransport, MCP: opts.MCP, Now: opts.Now, Logger: log,
+		Secrets: secretStore, HTTPTransport: opts.ConnectorTransport, MCP: dial, Now: opts.Now, Logger: log,
 	})
 	a.reg, err = registry.New(registry.Options{
 		Store:      a.store,
