@@ -141,7 +141,7 @@ func (c chain) Get(ctx context.Context, connectorID, key string) (Secret, error)
 		if err == nil {
 			return s, nil
 		}
-		var me *MissingError
+		var me *NotSetError
 		if !errors.As(err, &me) {
 			return Secret{}, err
 		}

@@ -61,17 +61,17 @@ func (Secret) MarshalText() ([]byte, error) { return []byte(Redacted), nil }
 // LogValue implements slog.LogValuer.
 func (Secret) LogValue() slog.Value { return slog.StringValue(Redacted) }
 
-// MissingError is a missing secret: a clear failure naming the connector
+// NotSetError is a missing secret: a clear failure naming the connector
 // and the key, and where the stores looked (Looked: "environment variable
 // TOOLSVC_SECRET_BILLING_API_KEY", "file /run/secrets/billing/api_key").
 // It matches ErrNotFound.
-type MissingError struct {
+type NotSetError struct {
 	Connector string
 	Key       string
 	Looked    []string
 }
 
-func (e *MissingError) Error() string {
+func (e *NotSetError) Error() string {
 	msg := fmt.Sprintf("connector %q: secret %q is not set", e.Connector, e.Key)
 	if len(e.Looked) > 0 {
 		msg += " (looked for " + strings.Join(e.Looked, " and ") + ")"
@@ -79,14 +79,17 @@ func (e *MissingError) Error() string {
 	return msg
 }
 
-// Is makes a MissingError match ErrNotFound.
-func (e *MissingError) Is(target error) bool { return target == ErrNotFound }
+// Is makes a NotSetError match ErrNotFound.
+func (e *NotSetError) Is(target error) bool { return target == ErrNotFound }
 
 // Missing returns the failure for a secret that is not set; looked says
 // where (it may be empty).
 func Missing(connectorID, key string, looked ...string) error {
-	return &MissingError{Connector: connectorID, Key: key, Looked: looked}
+	return &NotSetError{Connector: connectorID, Key: key, Looked: looked}
 }
+
+// MissingError is Missing without saying where the stores looked.
+func MissingError(connectorID, key string) error { return Missing(connectorID, key) }
 
 // Ref points at a secret: the key in the connector's secrets, and an
 // optional prefix put before the value when it is used ("Bearer ").
