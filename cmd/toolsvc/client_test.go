@@ -821,3 +821,60 @@ func TestShellQuote(t *testing.T) {
 		}
 	}
 }
+
+func TestToolsConnectorCommands(t *testing.T) {
+	t.Parallel()
+	addr := startServer(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "billing.yaml")
+	if err := os.WriteFile(file, []byte(`connectors:
+  - id: billing
+    type: http
+    description: Invoices of the billing API
+    base_url: https://api.example.com/v1
+    auth: {bearer: {secret: api_key}}
+    headers: {X-Tenant: acme, X-Trace: {secret: trace_key}}
+    required_scopes: [billing]
+    timeout: 20s
+    actions:
+      - name: get_invoice
+        description: Read one invoice
+        method: GET
+        path: /invoices/{id}
+        risk: LOW
+      - name: pay
+        description: Pay an invoice
+        method: POST
+        path: /invoices/{id}/pay
+        risk: HIGH
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := expect(t, exitOK, addr, "tools", "register", file, "--principal", "ops-1")
+	mustContain(t, "register", out, "Created tool billing, version 1.")
+	out, _ = expect(t, exitOK, addr, "tools", "get", "billing")
+	mustContain(t, "tools get", out, "http: https://api.example.com/v1; secrets api_key, trace_key",
+		"get_invoice  risk LOW", "pay  risk HIGH", "arguments: id (string, required)", "Preview:", "yes")
+	out, _ = expect(t, exitOK, addr, "tools", "get", "billing", "-o", "json")
+	mustContain(t, "tools get -o json", out, `"bearer": {`, `"secret": "api_key"`, `"value": "acme"`)
+	out, _ = expect(t, exitOK, addr, "tools", "sync", "billing")
+	mustContain(t, "sync", out, "Tool billing is unchanged (version 1, 2 action(s)).")
+	_, stderr := expect(t, exitRPC, addr, "tools", "sync", "echo")
+	mustContain(t, "sync of a native tool", stderr, "FailedPrecondition", "NOT_A_CONNECTOR")
+	_, stderr = expect(t, exitRPC, addr, "tools", "sync", "nope")
+	mustContain(t, "sync of an unknown tool", stderr, "NotFound", "TOOL_NOT_FOUND")
+
+	// A literal credential is refused before anything is written.
+	if err := os.WriteFile(file, []byte(`connectors:
+  - id: leaky
+    type: http
+    base_url: https://api.example.com
+    headers: {Authorization: Bearer abc123}
+    actions: [{name: get, description: Get, method: GET, path: /x}]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr = expect(t, exitRPC, addr, "tools", "register", file)
+	mustContain(t, "literal credential", stderr, "InvalidArgument", "tool.connector.headers.Authorization", "secrets store")
+	expect(t, exitRPC, addr, "tools", "get", "leaky")
+}

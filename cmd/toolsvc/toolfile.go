@@ -160,6 +160,20 @@ func orderedText(n *yaml.Node, want any) string {
 // a RegisterToolRequest's tool, or the document itself. path is the field
 // path of the tool, for problems.
 func unwrapTool(top map[string]any) (tool map[string]any, path, problem string) {
+	if list, ok := top["connectors"]; ok {
+		if len(top) > 1 {
+			return nil, "", fmt.Sprintf("a tools file with one connector has only the key \"connectors\", not %s", strings.Join(otherKeys(top, "connectors"), ", "))
+		}
+		items, ok := list.([]any)
+		if !ok || len(items) != 1 {
+			return nil, "", "connectors: want a list with exactly one connector (serve --tools-file loads many)"
+		}
+		m, ok := items[0].(map[string]any)
+		if !ok {
+			return nil, "", fmt.Sprintf("connectors[0]: want a mapping, not %s", docKind(items[0]))
+		}
+		return connectorTool(m), "connectors[0]", ""
+	}
 	if list, ok := top["tools"]; ok {
 		if len(top) > 1 {
 			return nil, "", fmt.Sprintf("a tools file has only the key \"tools\", not %s", strings.Join(otherKeys(top, "tools"), ", "))
@@ -185,6 +199,33 @@ func unwrapTool(top map[string]any) (tool map[string]any, path, problem string) 
 		return inner, "tool", ""
 	}
 	return top, "tool", ""
+}
+
+// toolLevelKeys are the keys of a tools file's connector entry that belong
+// to the tool rather than to its connector definition.
+var toolLevelKeys = map[string]bool{
+	"description": true, "capabilities": true, "required_scopes": true, "default_risk": true,
+	"timeout": true, "approval_ttl": true, "audit_payloads": true, "policies": true, "config_ref": true,
+}
+
+// connectorTool turns a tools file's connector entry into the Tool message's
+// shape: id is the tool's name, the tool's own keys stay, the rest is the
+// connector definition.
+func connectorTool(m map[string]any) map[string]any {
+	tool := map[string]any{}
+	conn := map[string]any{}
+	for k, v := range m {
+		switch {
+		case k == "id":
+			tool["name"] = v
+		case toolLevelKeys[k]:
+			tool[k] = v
+		default:
+			conn[k] = v
+		}
+	}
+	tool["connector"] = conn
+	return tool
 }
 
 func otherKeys(m map[string]any, except string) []string {
@@ -233,6 +274,17 @@ func normalizeMessage(m map[string]any, md protoreflect.MessageDescriptor, path 
 		}
 		v := m[k]
 		if v == nil {
+			continue
+		}
+		if fd.IsMap() {
+			entries, ok := v.(map[string]any)
+			if !ok {
+				*problems = append(*problems, fmt.Sprintf("%s: want a mapping, not %s", at, docKind(v)))
+				continue
+			}
+			for ek, ev := range entries {
+				entries[ek] = normalizeValue(ev, fd.MapValue(), at+"."+ek, problems)
+			}
 			continue
 		}
 		if fd.IsList() {
@@ -285,6 +337,12 @@ func normalizeValue(v any, fd protoreflect.FieldDescriptor, at string, problems 
 		return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
 	case opaqueMessages[fd.Message().FullName()]:
 		return v
+	case fd.Message().FullName() == "toolsvc.v1.ConfigValue":
+		// The tools file writes a literal value bare.
+		switch x := v.(type) {
+		case string, bool, json.Number:
+			return map[string]any{"value": fmt.Sprint(x)}
+		}
 	}
 	sub, ok := v.(map[string]any)
 	if !ok {

@@ -24,7 +24,7 @@ const (
 func newToolsCommand(lookupEnv env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tools",
-		Short: "List, show, register and deregister tools",
+		Short: "List, show, register, deregister and sync tools",
 		Args:  noArgs,
 		RunE:  showHelp,
 	}
@@ -158,7 +158,36 @@ a bad definition is refused with one line per problem and nothing is written.`,
 	}
 	deregister.Flags().Int64Var(&deregExpected, "expected-version", 0, "succeed only if the stored tool has this version (0: any)")
 
-	cmd.AddCommand(list, get, register, deregister)
+	sync := &cobra.Command{
+		Use:   "sync NAME",
+		Short: "Discover a connector's tools again (operators)",
+		Long: `Ask a connector's server again what it offers (an MCP server's tools/list)
+and store what changed: a changed schema, annotation or description makes a
+new version of the tool, so approvals given for the old one are not used.`,
+		Args: exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cf.withClient(cmd, lookupEnv, func(c *client) error {
+				resp, err := unary(c, func(ctx context.Context) (*toolsvcv1.SyncToolResponse, error) {
+					return registry(c).SyncTool(ctx, &toolsvcv1.SyncToolRequest{Name: args[0]})
+				})
+				if err != nil {
+					return err
+				}
+				if c.json {
+					return c.printJSON(resp)
+				}
+				t := resp.GetTool()
+				if resp.GetChanged() {
+					fmt.Fprintf(c.stdout, "Tool %s changed: now version %d with %d action(s).\n", t.GetName(), t.GetVersion(), len(t.GetActions()))
+				} else {
+					fmt.Fprintf(c.stdout, "Tool %s is unchanged (version %d, %d action(s)).\n", t.GetName(), t.GetVersion(), len(t.GetActions()))
+				}
+				return nil
+			})
+		},
+	}
+
+	cmd.AddCommand(list, get, register, deregister, sync)
 	return cmd
 }
 
@@ -202,10 +231,17 @@ func printTool(w io.Writer, t *toolsvcv1.Tool) error {
 	for _, p := range t.GetPolicies() {
 		f.add("Policy", policyText(p))
 	}
+	if c := t.GetConnector(); c != nil {
+		f.add("Connector", connectorText(c))
+	}
 	f.add("Created", when(t.GetCreateTime()))
 	f.add("Updated", when(t.GetUpdateTime()))
 	if err := f.flush(); err != nil {
 		return err
+	}
+	server := map[string]string{}
+	for _, d := range t.GetConnector().GetDiscovered() {
+		server[d.GetAction()] = d.GetServerTool()
 	}
 	fmt.Fprintf(w, "\nActions:\n")
 	for _, a := range t.GetActions() {
@@ -214,13 +250,58 @@ func printTool(w io.Writer, t *toolsvcv1.Tool) error {
 			risk = enumName(t.GetDefaultRisk()) + " (default)"
 		}
 		fmt.Fprintf(w, "  %s  risk %s\n", a.GetName(), risk)
+		if st, ok := server[a.GetName()]; ok && st != a.GetName() {
+			fmt.Fprintf(w, "    server tool: %s\n", st)
+		}
 		fmt.Fprintf(w, "    %s\n", a.GetDescription())
 		fmt.Fprintf(w, "    arguments: %s\n", schemaSummary(a.GetInputSchema(), a.GetInputSchemaJson()))
 		if r := a.GetResourceArgument(); r != "" {
 			fmt.Fprintf(w, "    resource: %s\n", r)
 		}
 	}
+	for _, d := range t.GetConnector().GetDiscovered() {
+		if d.GetProblem() != "" {
+			fmt.Fprintf(w, "  (not offered: server tool %s: %s)\n", d.GetServerTool(), d.GetProblem())
+		}
+	}
 	return nil
+}
+
+// connectorText summarizes a connector definition: what it reaches, how,
+// and which secrets it uses (by key; toolsvc never holds their values).
+func connectorText(c *toolsvcv1.Connector) string {
+	var parts []string
+	switch c.GetType() {
+	case toolsvcv1.ConnectorType_CONNECTOR_TYPE_MCP:
+		switch {
+		case len(c.GetCommand()) > 0:
+			parts = append(parts, "mcp over stdio: "+strings.Join(c.GetCommand(), " "))
+		default:
+			parts = append(parts, "mcp over http: "+c.GetUrl())
+		}
+	case toolsvcv1.ConnectorType_CONNECTOR_TYPE_HTTP:
+		parts = append(parts, "http: "+c.GetBaseUrl())
+	}
+	var keys []string
+	for _, m := range []map[string]*toolsvcv1.ConfigValue{c.GetEnv(), c.GetHeaders()} {
+		for _, v := range m {
+			if v.GetSecret() != "" {
+				keys = append(keys, v.GetSecret())
+			}
+		}
+	}
+	if a := c.GetAuth(); a != nil {
+		for _, r := range []*toolsvcv1.SecretRef{a.GetBearer(), a.GetBasic().GetPassword(), a.GetHeader().GetValue(), a.GetQuery().GetValue()} {
+			if r.GetSecret() != "" {
+				keys = append(keys, r.GetSecret())
+			}
+		}
+	}
+	if len(keys) > 0 {
+		slices.Sort(keys)
+		parts = append(parts, "secrets "+strings.Join(slices.Compact(keys), ", "))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func policyText(p *toolsvcv1.Policy) string {

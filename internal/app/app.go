@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -21,11 +22,13 @@ import (
 	"github.com/toolsvc/toolsvc/internal/idempotency"
 	"github.com/toolsvc/toolsvc/internal/policy"
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/secrets"
 	"github.com/toolsvc/toolsvc/internal/server"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/store/memory"
 	"github.com/toolsvc/toolsvc/internal/store/postgres"
 	"github.com/toolsvc/toolsvc/internal/tools"
+	"github.com/toolsvc/toolsvc/internal/tools/connectors"
 	"github.com/toolsvc/toolsvc/internal/tools/demo"
 )
 
@@ -53,6 +56,15 @@ type Options struct {
 	// anything uses it (instrumentation, fault injection in tests). The App
 	// closes what it returns.
 	WrapStore func(store.Store) store.Store
+	// MCP opens sessions with MCP servers for MCP connectors; nil means
+	// internal/tools/mcp's client (tests put a fake here).
+	MCP connectors.MCPDialer
+	// ConnectorTransport sends HTTP connectors' requests; nil means
+	// http.DefaultTransport.
+	ConnectorTransport http.RoundTripper
+	// Env looks up the environment for the secrets store; nil means
+	// os.LookupEnv.
+	Env func(string) (string, bool)
 }
 
 // App is a wired toolsvc: store, registry, health, executor, reaper and server.
@@ -61,6 +73,7 @@ type App struct {
 	log     *slog.Logger
 	store   store.Store
 	reg     *registry.Registry
+	conns   *connectors.Manager
 	tracker *health.Tracker
 	exec    *executor.Executor
 	server  *server.Server
@@ -111,11 +124,23 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 		providers = append(providers, demo.NewProvider())
 	}
 	providers = append(providers, opts.ExtraProviders...)
+	secretStore, err := newSecretsStore(cfg.Secrets, opts.Env)
+	if err != nil {
+		return nil, err
+	}
+	dial := opts.MCP
+	if dial == nil {
+		dial = mcpDialer
+	}
+	a.conns = connectors.New(connectors.Options{
+		Secrets: secretStore, HTTPTransport: opts.ConnectorTransport, MCP: dial, Now: opts.Now, Logger: log,
+	})
 	a.reg, err = registry.New(registry.Options{
-		Store:     a.store,
-		Providers: providers,
-		Now:       opts.Now,
-		Logger:    log,
+		Store:      a.store,
+		Providers:  providers,
+		Connectors: a.conns,
+		Now:        opts.Now,
+		Logger:     log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
@@ -123,8 +148,22 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 	if err := a.reg.Start(runCtx); err != nil {
 		return nil, err
 	}
+	// An MCP server that says its tools changed, or that did not answer a
+	// discovery, is discovered again through the registry.
+	a.conns.SetResync(func(ctx context.Context, id string) error {
+		_, _, err := a.reg.Rediscover(ctx, id, SystemActor)
+		return err
+	})
 	if err := a.syncTools(ctx); err != nil {
 		return nil, err
+	}
+	// MCP connectors registered through the API are discovered again at
+	// start (in the background): their servers may have changed meanwhile,
+	// and their sessions are then open to hear of later changes.
+	for _, name := range a.reg.MCPConnectors() {
+		if t, err := a.reg.Get(ctx, name); err == nil && t.Source != store.SourceFile {
+			a.conns.Resync(name)
+		}
 	}
 
 	a.tracker = health.NewTracker(a.store, cfg.Health, opts.Now, log)
@@ -182,6 +221,20 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 		return nil, err
 	}
 	return a, nil
+}
+
+// newSecretsStore is the configured secrets store: the directory, if set,
+// then the environment.
+func newSecretsStore(c config.SecretsConfig, env func(string) (string, bool)) (secrets.Store, error) {
+	envStore := secrets.NewEnv(env)
+	if c.Dir == "" {
+		return envStore, nil
+	}
+	dir, err := secrets.NewDir(c.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("secrets.dir: %w", err)
+	}
+	return secrets.Chain(dir, envStore), nil
 }
 
 // openStore opens the configured store.
@@ -343,6 +396,9 @@ func (a *App) Close() {
 		a.stop()
 		if a.reaped != nil {
 			<-a.reaped
+		}
+		if a.conns != nil {
+			a.conns.Close()
 		}
 		if a.store != nil {
 			a.store.Close()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,6 +92,17 @@ type Config struct {
 	Health health.Config `mapstructure:"health"`
 	// Idempotency configures call leases, retention and the reaper.
 	Idempotency idempotency.Config `mapstructure:"idempotency"`
+	// Secrets configures where connectors' credentials come from.
+	Secrets SecretsConfig `mapstructure:"secrets"`
+}
+
+// SecretsConfig configures the secrets store. The environment
+// (TOOLSVC_SECRET_<CONNECTOR>_<KEY>) is always looked in; a directory, if
+// set, is looked in first.
+type SecretsConfig struct {
+	// Dir is a directory of secret files, DIR/<connector>/<key>, as
+	// Kubernetes mounts a Secret (mount each connector's at DIR/<id>).
+	Dir string `mapstructure:"dir"`
 }
 
 // LogConfig configures logging.
@@ -286,6 +298,13 @@ func (c *Config) Validate() error {
 	// configuration error reported with the rest.
 	if _, err := gate.New(c.Gate); err != nil {
 		p.addErr("gate", err)
+	}
+	if c.Secrets.Dir != "" {
+		if st, err := os.Stat(c.Secrets.Dir); err != nil {
+			p.add("secrets.dir", "%v", err)
+		} else if !st.IsDir() {
+			p.add("secrets.dir", "%s is not a directory", c.Secrets.Dir)
+		}
 	}
 	p.addErr("health", c.Health.Validate())
 	p.addErr("idempotency", c.Idempotency.Validate())

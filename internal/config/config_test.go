@@ -427,3 +427,24 @@ func TestAuditDetailMaxBytes(t *testing.T) {
 	_, err = config.Load(config.Sources{File: writeFile(t, "c.yaml", "audit:\n  detail_max_bytes: 100\n")})
 	requireProblem(t, problemsOf(t, err), "audit.detail_max_bytes", "between 1024 and 1048576")
 }
+
+func TestSecretsDir(t *testing.T) {
+	dir := t.TempDir()
+	// The environment sets the directory; a connector's secret in the
+	// environment (TOOLSVC_SECRET_...) is not a configuration key.
+	cfg, err := config.Load(config.Sources{Env: envOf(map[string]string{
+		"TOOLSVC_SECRETS_DIR":            dir,
+		"TOOLSVC_SECRET_BILLING_API_KEY": "not configuration",
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Secrets.Dir != dir {
+		t.Fatalf("secrets.dir = %q", cfg.Secrets.Dir)
+	}
+	file := writeFile(t, "x", "")
+	for _, bad := range []string{filepath.Join(dir, "absent"), file} {
+		_, err = config.Load(config.Sources{Env: envOf(map[string]string{"TOOLSVC_SECRETS_DIR": bad})})
+		requireProblem(t, problemsOf(t, err), "secrets.dir")
+	}
+}

@@ -63,6 +63,8 @@ const (
 	ReasonResponseTooLarge     = "RESPONSE_TOO_LARGE"
 	ReasonTooManyWatches       = "TOO_MANY_WATCH_STREAMS"
 	ReasonInternal             = "INTERNAL"
+	ReasonConnectorUnavailable = "CONNECTOR_UNAVAILABLE"
+	ReasonNotAConnector        = "NOT_A_CONNECTOR"
 )
 
 // Reasons of the per-principal limits (see package quota).

@@ -284,6 +284,20 @@ func InternalError(what string) *Error {
 	return New(Internal, ReasonInternal, "%s", what)
 }
 
+// ConnectorUnavailable: a connector's server could not tell what it offers
+// (discovery failed); why is scrubbed upstream text.
+func ConnectorUnavailable(tool, why string) *Error {
+	return New(Unavailable, ReasonConnectorUnavailable, "connector %s could not be reached to discover its tools: %s",
+		q(tool), safetext.Bound(why, 500)).With("tool", tool).WithRetry(5 * time.Second)
+}
+
+// NotAConnector: the tool is not declared as a connector, so there is
+// nothing to discover.
+func NotAConnector(tool string) *Error {
+	return New(FailedPrecondition, ReasonNotAConnector, "tool %s is not declared as a connector; there is nothing to discover", q(tool)).
+		With("tool", tool)
+}
+
 // retryOr is d, or def when d is not positive (a retry hint must be).
 func retryOr(d, def time.Duration) time.Duration {
 	if d > 0 {

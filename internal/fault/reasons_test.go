@@ -50,6 +50,8 @@ func TestConstructors(t *testing.T) {
 		{UndecodableRequest("context.trace_id", "is not valid UTF-8"), InvalidArgument, ReasonInvalidRequest},
 		{TooManyWatches(huge, true, 16, time.Second), ResourceExhausted, ReasonTooManyWatches},
 		{InternalError("bug"), Internal, ReasonInternal},
+		{ConnectorUnavailable(huge, huge), Unavailable, ReasonConnectorUnavailable},
+		{NotAConnector(huge), FailedPrecondition, ReasonNotAConnector},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			if tc.err.Kind != tc.kind || tc.err.Reason != tc.reason {

@@ -33,6 +33,10 @@ type Options struct {
 	Store store.Store
 	// Providers bind tools to implementations, keyed by their ConnectorID.
 	Providers []tools.Provider
+	// Connectors binds and discovers tools declared as connectors; nil
+	// leaves them unbound (their calls answer that the connector is not
+	// served here).
+	Connectors tools.Connectors
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger; nil discards.
@@ -41,12 +45,13 @@ type Options struct {
 
 // Registry is the tool registry. It is safe for concurrent use.
 type Registry struct {
-	store     store.Store
-	providers map[string]tools.Provider
-	order     []tools.Provider // as given, for Builtins
-	check     checker
-	now       func() time.Time
-	log       *slog.Logger
+	store      store.Store
+	providers  map[string]tools.Provider
+	connectors tools.Connectors
+	order      []tools.Provider // as given, for Builtins
+	check      checker
+	now        func() time.Time
+	log        *slog.Logger
 
 	// cache is the current snapshot, replaced whole on every change.
 	cache atomic.Pointer[map[string]*Entry]
@@ -68,11 +73,12 @@ func New(o Options) (*Registry, error) {
 		return nil, errors.New("registry: a store is required")
 	}
 	r := &Registry{
-		store:     o.Store,
-		providers: make(map[string]tools.Provider, len(o.Providers)),
-		now:       o.Now,
-		log:       o.Logger,
-		applied:   make(map[string]uint64),
+		store:      o.Store,
+		connectors: o.Connectors,
+		providers:  make(map[string]tools.Provider, len(o.Providers)),
+		now:        o.Now,
+		log:        o.Logger,
+		applied:    make(map[string]uint64),
 	}
 	for _, p := range o.Providers {
 		if p == nil {
@@ -85,7 +91,7 @@ func New(o Options) (*Registry, error) {
 		r.providers[id] = p
 		r.order = append(r.order, p)
 	}
-	r.check = checker{providers: r.providers}
+	r.check = checker{providers: r.providers, connectors: o.Connectors}
 	if r.now == nil {
 		r.now = time.Now
 	}
@@ -272,6 +278,18 @@ func (r *Registry) reloadAll(ctx context.Context) error {
 // reload takes a ticket after the commit, so the cache converges on what the
 // store holds.
 func (r *Registry) apply(ticket uint64, changes map[string]*Entry) {
+	forget := r.install(ticket, changes)
+	if r.connectors != nil {
+		// Not under mu: closing a session may take a moment.
+		for _, name := range forget {
+			r.connectors.Forget(name)
+		}
+	}
+}
+
+// install is apply's change of the snapshot; it returns the connector tools
+// it removed (or replaced by tools that are not connectors).
+func (r *Registry) install(ticket uint64, changes map[string]*Entry) (forget []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := *r.cache.Load()
@@ -299,10 +317,14 @@ func (r *Registry) apply(ticket uint64, changes map[string]*Entry) {
 		} else {
 			next[name] = e
 		}
+		if cached && old.Tool.Connector != nil && (e == nil || e.Tool.Connector == nil) {
+			forget = append(forget, name)
+		}
 	}
 	if changed {
 		r.cache.Store(&next)
 	}
+	return forget
 }
 
 // entryFor builds the cache entry of a stored tool: its schemas compiled and
@@ -320,6 +342,17 @@ func (r *Registry) entryFor(ctx context.Context, t *store.Tool) *Entry {
 	if len(e.actions) != len(t.Actions) {
 		e.compileErr = v.Err("stored definition is invalid")
 		r.log.ErrorContext(ctx, "stored tool has schemas that do not compile", "tool", t.Name, "version", t.Version, "error", e.compileErr)
+	}
+	if t.Connector != nil {
+		if r.connectors != nil {
+			impl, err := r.connectors.Bind(t)
+			if err != nil {
+				r.log.WarnContext(ctx, "connector tool cannot be served", "tool", t.Name, "error", err)
+			} else {
+				e.Impl = impl
+			}
+		}
+		return e
 	}
 	if p, ok := r.providers[t.ConnectorID]; ok {
 		impl, err := p.Bind(t)
@@ -384,6 +417,9 @@ type RegisterParams struct {
 	Source store.ToolSource
 	// Actor is the principal id recorded in audit events.
 	Actor string
+	// Reason, if set, is recorded in the audit event's detail (e.g.
+	// "discovery" for a change an MCP server's tool list made).
+	Reason string
 }
 
 // Register validates and creates or replaces a tool. Errors are
@@ -398,6 +434,21 @@ func (r *Registry) Register(ctx context.Context, p RegisterParams) (*store.Tool,
 	prep, v := r.check.prepare(p.Tool)
 	if len(v) > 0 {
 		return nil, false, v.Err("invalid tool definition")
+	}
+	if isMCPConnector(p.Tool) && r.connectors != nil {
+		// What the server offers is asked only of a valid definition (its
+		// command is not run before it passed validation).
+		def := cloneTool(p.Tool)
+		var cur *store.Tool
+		if e, ok := r.Lookup(def.Name); ok {
+			cur = e.Tool
+		}
+		if err := r.discoverInto(ctx, def, cur, true); err != nil {
+			return nil, false, err
+		}
+		if prep, v = r.check.prepare(def); len(v) > 0 {
+			return nil, false, v.Err("invalid tool definition with what the server offers")
+		}
 	}
 	if p.Source == "" {
 		p.Source = store.SourceAPI
@@ -436,7 +487,7 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 			t, err := r.store.CreateTool(ctx, store.CreateToolParams{
 				Tool:   def,
 				Now:    now,
-				Events: []store.AuditEvent{toolEvent(audit.ToolRegistered, now, p.Actor, name, 1, p.Source)},
+				Events: []store.AuditEvent{toolEvent(audit.ToolRegistered, now, p.Actor, name, 1, p.Source, p.Reason)},
 			})
 			if errors.Is(err, store.ErrConflict) {
 				continue // created concurrently: replace it
@@ -464,7 +515,7 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 			Tool:            cloneTool(prep.tool),
 			ExpectedVersion: cur.Version,
 			Now:             now,
-			Events:          []store.AuditEvent{toolEvent(audit.ToolUpdated, now, p.Actor, name, cur.Version+1, p.Source)},
+			Events:          []store.AuditEvent{toolEvent(audit.ToolUpdated, now, p.Actor, name, cur.Version+1, p.Source, p.Reason)},
 		})
 		switch {
 		case errors.Is(err, store.ErrConflict) && p.ExpectedVersion != 0:
@@ -515,7 +566,7 @@ func (r *Registry) Deregister(ctx context.Context, name string, expectedVersion 
 			Name:            name,
 			ExpectedVersion: cur.Version,
 			Now:             now,
-			Events:          []store.AuditEvent{toolEvent(audit.ToolDeregistered, now, actor, name, cur.Version, cur.Source)},
+			Events:          []store.AuditEvent{toolEvent(audit.ToolDeregistered, now, actor, name, cur.Version, cur.Source, "")},
 			// What waits for the tool dies with it: a tool registered again
 			// under the name is another tool, and an approver must not be
 			// shown an approval that can never run.
@@ -595,6 +646,14 @@ func (r *Registry) Sync(ctx context.Context, source store.ToolSource, defs []*st
 			continue
 		}
 		prep, v := r.check.prepare(def)
+		if len(v) == 0 && isMCPConnector(def) && r.connectors != nil {
+			// A server that does not answer does not stop the sync: the
+			// tool keeps what was discovered before, or waits for it.
+			d := cloneTool(def)
+			if err := r.discoverInto(ctx, d, existing[name], false); err == nil {
+				prep, v = r.check.prepare(d)
+			}
+		}
 		if len(v) > 0 {
 			problems = append(problems, fmt.Errorf("tool %q: %w", name, v.Err("invalid tool definition")))
 			continue
@@ -683,10 +742,14 @@ func previewExpiredEvent(p *store.Preview, now time.Time, actor string) store.Au
 }
 
 // toolEvent builds a tool.* audit event.
-func toolEvent(typ string, now time.Time, actor, name string, version int64, source store.ToolSource) store.AuditEvent {
+func toolEvent(typ string, now time.Time, actor, name string, version int64, source store.ToolSource, reason string) store.AuditEvent {
+	detail := map[string]any{"version": version, "source": string(source)}
+	if reason != "" {
+		detail["reason"] = reason
+	}
 	return audit.NewDetail(typ, store.AuditEvent{
 		Time:      now,
 		Principal: actor,
 		Tool:      name,
-	}, map[string]any{"version": version, "source": string(source)})
+	}, detail)
 }

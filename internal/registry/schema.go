@@ -2,6 +2,7 @@ package registry
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -191,4 +192,24 @@ func schemaProperties(doc any) map[string]any {
 	}
 	props, _ := obj["properties"].(map[string]any)
 	return props
+}
+
+// canonicalJSON re-encodes a JSON document with sorted keys and no
+// insignificant space, so that documents equal in meaning compare equal
+// byte for byte. Only what an upstream server reports is compared this way
+// (it may list the same schema with its keys in another order); what an
+// operator registers keeps its key order, which is what the model sees.
+func canonicalJSON(raw json.RawMessage) (json.RawMessage, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	v, err := decodeJSON(raw)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode JSON: %w", err)
+	}
+	return b, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/toolsvc/toolsvc/internal/connector"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
@@ -48,8 +49,10 @@ type prepared struct {
 
 // checker validates definitions. providers is nil when no provider is known
 // (a tools file checked on its own): provider-dependent rules are skipped.
+// connectors, when set, binds tools declared as connectors.
 type checker struct {
-	providers map[string]tools.Provider
+	providers  map[string]tools.Provider
+	connectors tools.Connectors
 }
 
 // normalize returns a deep copy of t as it would be stored: descriptions
@@ -58,6 +61,9 @@ type checker struct {
 func normalize(t *store.Tool) *store.Tool {
 	n := cloneTool(t)
 	n.Version, n.CreatedAt, n.UpdatedAt, n.Incarnation = 0, time.Time{}, time.Time{}, ""
+	if n.Connector != nil {
+		applyConnector(n)
+	}
 	n.Description = strings.TrimSpace(n.Description)
 	if n.ProviderType == "" {
 		n.ProviderType = store.ProviderNative
@@ -99,6 +105,39 @@ func normalize(t *store.Tool) *store.Tool {
 		}
 	}
 	return n
+}
+
+// applyConnector derives what a connector definition decides: the connector
+// id (the tool's own name), a description when none is given, the provider
+// type, the default risk when unset
+// (MEDIUM for an HTTP API; for an MCP server LOW, which leaves the risk of
+// each action to its annotations), the actions and preview support.
+func applyConnector(t *store.Tool) {
+	t.Connector = connector.Normalize(t.Connector)
+	if t.ConnectorID == "" {
+		t.ConnectorID = t.Name
+	}
+	switch t.Connector.Type {
+	case connector.TypeMCP:
+		if t.ProviderType == "" {
+			t.ProviderType = store.ProviderMCP
+		}
+		if t.DefaultRisk == toolkit.RiskUnspecified {
+			t.DefaultRisk = toolkit.RiskLow
+		}
+	case connector.TypeHTTP:
+		if t.ProviderType == "" {
+			t.ProviderType = store.ProviderNative
+		}
+		if t.DefaultRisk == toolkit.RiskUnspecified {
+			t.DefaultRisk = toolkit.RiskMedium
+		}
+	}
+	if strings.TrimSpace(t.Description) == "" {
+		t.Description = defaultDescription(t.Connector.Type, t.Name)
+	}
+	t.Actions = t.Connector.ToolActions(t.DefaultRisk)
+	t.SupportsPreview = t.Connector.SupportsPreview()
 }
 
 // compact removes insignificant space from a JSON document; an invalid one is
@@ -173,7 +212,13 @@ func (c checker) prepare(in *store.Tool) (*prepared, fault.Violations) {
 		}
 	}
 
-	if len(t.Actions) == 0 {
+	// An MCP connector's actions are what its server offers: before the
+	// first discovery there may be none.
+	undiscovered := t.Connector != nil && t.Connector.Type == connector.TypeMCP && len(t.Actions) == 0
+	if t.Connector != nil {
+		checkConnector(&v, in, t)
+	}
+	if len(t.Actions) == 0 && !undiscovered && (t.Connector == nil || t.Connector.Type != connector.TypeHTTP) {
 		v.Add("tool.actions", "at least one action is required")
 	}
 	seen := make(map[string]int, len(t.Actions))
@@ -194,12 +239,39 @@ func (c checker) prepare(in *store.Tool) (*prepared, fault.Violations) {
 			p.actions[a.Name] = ca
 		}
 	}
-	checkPolicies(&v, t)
+	if !undiscovered {
+		checkPolicies(&v, t)
+	}
+	if t.Connector != nil && t.Connector.Type == connector.TypeHTTP {
+		// An HTTP connector's actions are its declared ones, in order: name
+		// their problems where the definition has them.
+		for i := range v {
+			if strings.HasPrefix(v[i].Field, "tool.actions[") {
+				v[i].Field = "tool.connector." + strings.TrimPrefix(v[i].Field, "tool.")
+			}
+		}
+	}
 	c.bind(&v, p)
 	if len(v) > 0 {
 		return nil, v
 	}
 	return p, nil
+}
+
+// checkConnector validates what is particular to a tool declared as a
+// connector: in is the definition as given, t normalized.
+func checkConnector(v *fault.Violations, in, t *store.Tool) {
+	if in.ConnectorID != "" && in.ConnectorID != in.Name {
+		v.Add("tool.connector_id", "a connector is served under its own name: leave connector_id empty or set it to %q", in.Name)
+	}
+	want := store.ProviderNative
+	if t.Connector.Type == connector.TypeMCP {
+		want = store.ProviderMCP
+	}
+	if (t.Connector.Type == connector.TypeMCP || t.Connector.Type == connector.TypeHTTP) && t.ProviderType != want {
+		v.Add("tool.provider_type", "must be %s (or unset) for a connector of type %s", want, t.Connector.Type)
+	}
+	connector.Check(v, "tool.connector", t.Connector, credentialLike)
 }
 
 // checkAction validates an action's schemas, examples and resource argument
@@ -399,6 +471,10 @@ func checkPolicies(v *fault.Violations, t *store.Tool) {
 // exist in the implementation, and preview support is the implementation's.
 func (c checker) bind(v *fault.Violations, p *prepared) {
 	t := p.tool
+	if t.Connector != nil {
+		c.bindConnector(v, p)
+		return
+	}
 	if c.providers == nil || !namePattern.MatchString(t.ConnectorID) {
 		return
 	}
@@ -456,6 +532,23 @@ func (c checker) bind(v *fault.Violations, p *prepared) {
 					"the implementation of connector %q cannot tell whether a resource exists (toolkit.ResourceChecker)", t.ConnectorID)
 			}
 		}
+	}
+	p.impl = impl
+}
+
+// bindConnector binds a tool declared as a connector. An HTTP connector
+// that cannot be served is refused; an MCP connector never is (its server
+// may be down now and up later).
+func (c checker) bindConnector(v *fault.Violations, p *prepared) {
+	if c.connectors == nil || len(*v) > 0 {
+		return
+	}
+	impl, err := c.connectors.Bind(p.tool)
+	if err != nil {
+		if p.tool.Connector.Type == connector.TypeHTTP {
+			v.Add("tool.connector", "cannot be served: %v", err)
+		}
+		return
 	}
 	p.impl = impl
 }
@@ -656,6 +749,7 @@ func cloneTool(t *store.Tool) *store.Tool {
 			c.Policies[i] = np
 		}
 	}
+	c.Connector = t.Connector.Clone()
 	return &c
 }
 
@@ -691,5 +785,44 @@ func sameDefinition(a, b *store.Tool) bool {
 func definitionKey(t *store.Tool) ([]byte, error) {
 	n := normalize(t)
 	n.Source = t.Source
+	if c := n.Connector; c != nil {
+		// Servers may list the same schema with its keys in another order:
+		// that is no change.
+		for i := range c.Discovered {
+			var err error
+			if c.Discovered[i].InputSchema, err = canonicalJSON(c.Discovered[i].InputSchema); err != nil {
+				return nil, err
+			}
+		}
+		for i := range c.Actions {
+			var err error
+			if c.Actions[i].InputSchema, err = canonicalJSON(c.Actions[i].InputSchema); err != nil {
+				return nil, err
+			}
+			if c.Actions[i].OutputSchema, err = canonicalJSON(c.Actions[i].OutputSchema); err != nil {
+				return nil, err
+			}
+		}
+		// The actions derived from what the server lists, likewise.
+		for i := range n.Actions {
+			a := &n.Actions[i]
+			var err error
+			if a.InputSchema, err = canonicalJSON(a.InputSchema); err != nil {
+				return nil, err
+			}
+			if a.OutputSchema, err = canonicalJSON(a.OutputSchema); err != nil {
+				return nil, err
+			}
+			for j := range a.Examples {
+				ex := &a.Examples[j]
+				if ex.Input, err = canonicalJSON(ex.Input); err != nil {
+					return nil, err
+				}
+				if ex.Output, err = canonicalJSON(ex.Output); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
 	return json.Marshal(n)
 }

@@ -94,8 +94,12 @@ func toolFromProto(pb *toolsvcv1.Tool, v *fault.Violations) *store.Tool {
 		ConfigRef:       pb.GetConfigRef(),
 		ApprovalTTL:     durationFromProto(pb.GetApprovalTtl(), "tool.approval_ttl", v),
 		AuditPayloads:   pb.GetAuditPayloads(),
+		Connector:       connectorFromProto(pb.GetConnector(), v),
 	}
 	for i, a := range pb.GetActions() {
+		if t.Connector != nil {
+			break // derived from the connector
+		}
 		path := fmt.Sprintf("tool.actions[%d]", i)
 		t.Actions = append(t.Actions, actionFromProto(a, path, v))
 	}
@@ -300,6 +304,11 @@ func toolToProto(t *store.Tool) (*toolsvcv1.Tool, error) {
 		CreateTime:      timeToProto(t.CreatedAt),
 		UpdateTime:      timeToProto(t.UpdatedAt),
 	}
+	c, err := connectorToProto(t.Connector)
+	if err != nil {
+		return nil, fmt.Errorf("tool %q: %w", t.Name, err)
+	}
+	pb.Connector = c
 	for i := range t.Actions {
 		a, err := actionToProto(&t.Actions[i])
 		if err != nil {

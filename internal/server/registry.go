@@ -178,3 +178,25 @@ func (s *registryServer) DeregisterTool(ctx context.Context, req *toolsvcv1.Dere
 	}
 	return &toolsvcv1.DeregisterToolResponse{Tool: pb}, nil
 }
+
+// SyncTool discovers a connector's tools again.
+func (s *registryServer) SyncTool(ctx context.Context, req *toolsvcv1.SyncToolRequest) (*toolsvcv1.SyncToolResponse, error) {
+	p, err := principalFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var v fault.Violations
+	checkToolName(&v, "name", req.GetName())
+	if err := v.Err("invalid request"); err != nil {
+		return nil, err
+	}
+	t, changed, err := s.reg.Rediscover(ctx, req.GetName(), p.ID)
+	if err != nil {
+		return nil, err
+	}
+	pb, err := toolToProto(t)
+	if err != nil {
+		return nil, err
+	}
+	return &toolsvcv1.SyncToolResponse{Tool: pb, Changed: changed}, nil
+}

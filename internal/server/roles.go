@@ -24,6 +24,7 @@ func methodRoles() map[string][]auth.Role {
 
 		toolsvcv1.RegistryService_RegisterTool_FullMethodName:   {operator},
 		toolsvcv1.RegistryService_DeregisterTool_FullMethodName: {operator},
+		toolsvcv1.RegistryService_SyncTool_FullMethodName:       {operator},
 		toolsvcv1.RegistryService_GetTool_FullMethodName:        {agent, operator},
 		toolsvcv1.RegistryService_ListTools_FullMethodName:      {agent, operator},
 

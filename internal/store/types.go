@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/toolsvc/toolsvc/internal/connector"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
@@ -54,6 +55,9 @@ type Tool struct {
 	ApprovalTTL     time.Duration `json:"approval_ttl,omitempty"`
 	Policies        []Policy      `json:"policies,omitempty"`
 	AuditPayloads   bool          `json:"audit_payloads,omitempty"`
+	// Connector is set for a tool declared as a connector (an MCP server or
+	// an HTTP API, named by the tool): its actions derive from it.
+	Connector *connector.Spec `json:"connector,omitempty"`
 
 	// Incarnation identifies the tool as created: a new random id for each
 	// creation (given to CreateTool), kept by every update. Deregistering a

@@ -83,6 +83,7 @@ func cloneTool(t *store.Tool) *store.Tool {
 			c.Policies[i] = p
 		}
 	}
+	c.Connector = t.Connector.Clone()
 	return &c
 }
 

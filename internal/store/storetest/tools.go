@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/audit"
+	"github.com/toolsvc/toolsvc/internal/connector"
+	"github.com/toolsvc/toolsvc/internal/secrets"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
@@ -28,6 +30,7 @@ func toolTests() []test {
 		{"Incarnation", testToolIncarnation},
 		{"DeleteGivesUpWhatWaits", testDeleteToolGivesUpWhatWaits},
 		{"DeleteRefusedEvent", testDeleteToolRefusedEvent},
+		{"ConnectorDefinition", testToolConnector},
 	}
 }
 
@@ -507,4 +510,59 @@ func testDeleteToolRefusedEvent(t *testing.T, s store.Store) {
 	getHealth(t, s, "files")
 	wantCall(t, "call after a refused delete", getCall(t, s, c.ID), before)
 	wantApproval(t, "approval after a refused delete", getApproval(t, s, c.ApprovalID), beforeApproval)
+}
+
+// testToolConnector: a connector definition is stored and read back whole
+// (secret references, discovered tools with their annotations) and the
+// records are copies.
+func testToolConnector(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	yes, no := true, false
+	in := newTool("files")
+	in.ConnectorID, in.ProviderType = "files", store.ProviderMCP
+	in.Connector = &connector.Spec{
+		Type: connector.TypeMCP, Transport: connector.TransportStdio, Command: []string{"node", "server.js"},
+		Env: map[string]secrets.Value{
+			"API_TOKEN": {Secret: &secrets.Ref{Key: "api_token", Prefix: "tok "}},
+			"LOG_LEVEL": {Literal: "debug"},
+		},
+		Actions: []connector.Action{{Name: "write", Risk: toolkit.RiskCritical, PreviewAction: "read"}},
+		Expose:  []string{"read", "write"},
+		Discovered: []connector.ServerTool{
+			{Action: "read", Name: "Read File", Description: "Reads", InputSchema: json.RawMessage(`{"type":"object"}`),
+				Annotations: connector.Annotations{ReadOnly: &yes, OpenWorld: &no}},
+			{Action: "write", Name: "write", Problem: "bad schema"},
+		},
+	}
+	created := createTool(t, s, in)
+	want := cloneViaJSON(t, in)
+	want.Version, want.CreatedAt, want.UpdatedAt = 1, at(0), at(0)
+	wantTool(t, "created connector tool", created, want)
+	got, err := s.GetTool(ctx, "files")
+	noErr(t, "GetTool", err)
+	wantTool(t, "stored connector tool", got, want)
+
+	got.Connector.Env["API_TOKEN"].Secret.Key = "mutated"
+	*got.Connector.Discovered[0].Annotations.ReadOnly = false
+	in.Connector.Command[0] = "mutated"
+	again, err := s.GetTool(ctx, "files")
+	noErr(t, "GetTool", err)
+	wantTool(t, "connector tool after callers changed their copies", again, want)
+
+	upd := cloneViaJSON(t, want)
+	upd.Connector.Discovered[0].Annotations.Destructive = &yes
+	updated, err := s.UpdateTool(ctx, store.UpdateToolParams{Tool: upd, ExpectedVersion: 1, Now: at(time.Hour)})
+	noErr(t, "UpdateTool", err)
+	if d := updated.Connector.Discovered[0].Annotations.Destructive; d == nil || !*d || updated.Version != 2 {
+		t.Fatalf("updated connector: %s", show(updated))
+	}
+}
+
+func cloneViaJSON(t *testing.T, tool *store.Tool) *store.Tool {
+	t.Helper()
+	b, err := json.Marshal(tool)
+	noErr(t, "encode tool", err)
+	var c store.Tool
+	noErr(t, "decode tool", json.Unmarshal(b, &c))
+	return &c
 }
