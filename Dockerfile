@@ -6,7 +6,7 @@
 # Base images are pinned by exact tag (the build stage) or are empty
 # (scratch). To pin by digest as well, resolve the tag once with a registry
 # at hand and append it: FROM golang:1.26.8-trixie@sha256:<digest>.
-# deploy/deploy_test.go refuses a FROM line that is neither.
+# deploy/dockerfile_test.go refuses a FROM line that is neither.
 #
 # The image holds the binary and the system CA bundle (for TLS to Postgres
 # and to an OTLP collector), nothing else: no shell. Probes use toolsvc's own

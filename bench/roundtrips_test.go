@@ -127,7 +127,7 @@ func TestPostgresStoreRoundTrips(t *testing.T) {
 	defer st.Close()
 
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	if _, err := st.CreateTool(ctx, store.CreateToolParams{Tool: &store.Tool{Name: "files"}, Now: now}); err != nil {
+	if _, err := st.CreateTool(ctx, store.CreateToolParams{Tool: &store.Tool{Name: "files", Incarnation: "inc-files"}, Now: now}); err != nil {
 		t.Fatal(err)
 	}
 	seq := 0
@@ -146,13 +146,12 @@ func TestPostgresStoreRoundTrips(t *testing.T) {
 		return c
 	}
 	event := func(callID string) []store.AuditEvent {
-		return []store.AuditEvent{audit.New(audit.ToolCallAttempted, store.AuditEvent{
+		return []store.AuditEvent{audit.NewDetail(audit.ToolCallAttempted, store.AuditEvent{
 			Time: now, CallID: callID, Principal: principal, Tool: "files", Action: "write",
-			Detail: map[string]any{"attempt": 1},
-		})}
+		}, map[string]any{"attempt": 1})}
 	}
 	claim := func(c *store.Call) {
-		p := store.ClaimCallParams{Call: c, Events: event(c.ID)}
+		p := store.ClaimCallParams{Call: c, Lease: time.Minute, Events: event(c.ID)}
 		if c.State == store.CallAwaitingApproval {
 			p.Approval = &store.Approval{
 				ID: c.ApprovalID, CallID: c.ID, Requester: principal, Tool: "files", Action: "write",
@@ -213,7 +212,7 @@ func TestPostgresStoreRoundTrips(t *testing.T) {
 		}, func(held *store.Call) {
 			c := newCall(store.CallInProgress)
 			c.IdempotencyKey = held.IdempotencyKey
-			if _, ok, err := st.ClaimCall(ctx, store.ClaimCallParams{Call: c, Events: event(c.ID)}); err != nil || ok {
+			if _, ok, err := st.ClaimCall(ctx, store.ClaimCallParams{Call: c, Lease: time.Minute, Events: event(c.ID)}); err != nil || ok {
 				t.Fatalf("ClaimCall of a held key: %v %v", ok, err)
 			}
 		}, 2},
@@ -229,7 +228,7 @@ func TestPostgresStoreRoundTrips(t *testing.T) {
 		}, func(c *store.Call) { finish(c, true) }, 0},
 		{"StartParkedCall (approval, 1 event, notify)", parked, func(c *store.Call) {
 			if _, err := st.StartParkedCall(ctx, store.StartParkedCallParams{
-				CallID: c.ID, ApprovalID: c.ApprovalID, Now: now, LeaseExpiresAt: now.Add(time.Minute),
+				CallID: c.ID, ApprovalID: c.ApprovalID, Now: now, Lease: time.Minute,
 				Events: event(c.ID),
 			}); err != nil {
 				t.Fatal(err)

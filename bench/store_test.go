@@ -32,10 +32,9 @@ func BenchmarkPostgresStore(b *testing.B) {
 	now := time.Now().UTC()
 	var seq atomic.Uint64
 	event := func(typ, callID string) []store.AuditEvent {
-		return []store.AuditEvent{audit.New(typ, store.AuditEvent{
+		return []store.AuditEvent{audit.NewDetail(typ, store.AuditEvent{
 			Time: now, CallID: callID, Principal: principal, Tool: "echo", Action: "echo",
-			Detail: map[string]any{"attempt": 1, "probe": false},
-		})}
+		}, map[string]any{"attempt": 1, "probe": false})}
 	}
 	reserveRecord := func() op {
 		return op{name: "reserve+record", do: func(ctx context.Context) error {
@@ -44,7 +43,7 @@ func BenchmarkPostgresStore(b *testing.B) {
 				Fingerprint: "fp", Tool: "echo", Action: "echo", State: store.CallInProgress, AttemptCount: 1,
 				LeaseExpiresAt: now.Add(time.Minute), CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
 			}
-			if _, ok, err := st.ClaimCall(ctx, store.ClaimCallParams{Call: c, Events: event(audit.ToolCallAttempted, c.ID)}); err != nil || !ok {
+			if _, ok, err := st.ClaimCall(ctx, store.ClaimCallParams{Call: c, Lease: time.Minute, Events: event(audit.ToolCallAttempted, c.ID)}); err != nil || !ok {
 				return fmt.Errorf("ClaimCall: claimed %v, %v", ok, err)
 			}
 			_, err := st.FinishCall(ctx, store.FinishCallParams{

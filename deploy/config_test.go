@@ -1,6 +1,14 @@
 package deploy_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -38,16 +46,11 @@ func (c deployConfig) ShutdownSeconds() int {
 	return int((d + time.Second - 1) / time.Second)
 }
 
-// accessKeys are the configuration of authentication and TLS (DESIGN §10).
-// This binary's configuration is checked without them: the deployment files
-// are written for a server that authenticates its callers (it could not
-// listen beyond loopback otherwise), and those keys are validated with
-// their own feature; everything else must load as it is.
-var accessKeys = []string{"auth", "tls"}
-
-// parseConfig reads a deployment's toolsvc.yaml and checks that it loads in
-// this binary (less accessKeys and the principals' credentials, with the
-// listen address moved to loopback for the same reason).
+// parseConfig reads a deployment's toolsvc.yaml and checks that this binary
+// loads it, authentication and TLS included. What the deployment keeps
+// outside the file is stood in for: each placeholder token hash by a hash,
+// and the TLS certificate and key (secret files mounted at run time) by a
+// pair made here.
 func parseConfig(t *testing.T, where, text string) deployConfig {
 	t.Helper()
 	if strings.TrimSpace(text) == "" {
@@ -61,26 +64,40 @@ func parseConfig(t *testing.T, where, text string) deployConfig {
 	if err := yaml.Unmarshal([]byte(text), &doc); err != nil {
 		t.Fatalf("%s: %v", where, err)
 	}
-	for _, k := range accessKeys {
-		delete(doc, k)
-	}
 	if ps, ok := doc["principals"].([]any); ok {
-		for _, p := range ps {
-			if pm, ok := p.(map[string]any); ok {
-				if h, ok := pm["token_sha256"].(string); ok && !tokenHash.MatchString(h) && !strings.HasPrefix(h, "REPLACE") {
-					t.Errorf("%s: principal %v: token_sha256 %q is neither a hash nor a placeholder", where, pm["id"], h)
-				}
-				delete(pm, "token_sha256")
-				delete(pm, "certificate_sans")
+		for i, p := range ps {
+			pm, ok := p.(map[string]any)
+			if !ok {
+				continue
+			}
+			h, _ := pm["token_sha256"].(string)
+			switch {
+			case strings.HasPrefix(h, "REPLACE"):
+				pm["token_sha256"] = fmt.Sprintf("%064x", i+1)
+			case h != "" && !tokenHash.MatchString(h):
+				t.Errorf("%s: principal %v: token_sha256 %q is neither a hash nor a placeholder", where, pm["id"], h)
 			}
 		}
 	}
-	doc["listen"] = "127.0.0.1:0"
+	dir := t.TempDir()
+	if tlsDoc, ok := doc["tls"].(map[string]any); ok {
+		cert, key := selfSigned(t)
+		for k, data := range map[string][]byte{"cert_file": cert, "key_file": key} {
+			if _, ok := tlsDoc[k]; !ok {
+				continue
+			}
+			f := filepath.Join(dir, k+".pem")
+			if err := os.WriteFile(f, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			tlsDoc[k] = f
+		}
+	}
 	out, err := yaml.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(t.TempDir(), "toolsvc.yaml")
+	file := filepath.Join(dir, "toolsvc.yaml")
 	if err := os.WriteFile(file, out, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +105,30 @@ func parseConfig(t *testing.T, where, text string) deployConfig {
 		t.Errorf("%s does not load: %v", where, err)
 	}
 	return c
+}
+
+// selfSigned returns a PEM certificate and key for localhost.
+func selfSigned(t *testing.T) (cert, key []byte) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "toolsvc"}, DNSNames: []string{"localhost"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd})
 }
 
 var tokenHash = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)

@@ -257,8 +257,14 @@ func printCallResponse(c *client, in *callInput, resp *toolsvcv1.ExecuteToolResp
 			requester = "dev"
 		}
 		approve := append([]string{"toolsvc", "approvals", "approve", shellQuote(id)}, addrFlag(c)...)
-		fmt.Fprintf(w, "\nThe call waits for an approver other than %q:\n  %s --principal APPROVER\n",
-			requester, strings.Join(approve, " "))
+		if c.access.authenticates() {
+			// Whoever approves brings their own credentials.
+			approve = append(append(approve, c.access.tlsFlags()...), "--"+flagTokenFile, "APPROVER_TOKEN_FILE")
+			fmt.Fprintf(w, "\nThe call waits for an approver other than you:\n  %s\n", strings.Join(approve, " "))
+		} else {
+			fmt.Fprintf(w, "\nThe call waits for an approver other than %q:\n  %s --principal APPROVER\n",
+				requester, strings.Join(approve, " "))
+		}
 		fmt.Fprintf(w, "Once approved, run it again with the same key and arguments:\n  %s\n",
 			in.followUp(c, resp.GetIdempotencyKey(), "--approval", id))
 	case toolsvcv1.Outcome_OUTCOME_PREVIEW_REQUIRED:

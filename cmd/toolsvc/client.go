@@ -18,7 +18,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -29,6 +28,8 @@ import (
 
 	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/config"
+	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/server"
 )
 
 // Exit codes of the client commands, beyond those in main.go.
@@ -68,15 +69,17 @@ type clientFlags struct {
 	principal string
 	timeout   time.Duration
 	output    string
+	access    accessFlags
 }
 
 func addClientFlags(cmd *cobra.Command) *clientFlags {
 	f := &clientFlags{}
 	fs := cmd.PersistentFlags()
 	fs.StringVar(&f.addr, flagAddr, defaultAddr, "address of the toolsvc server (or "+envAddr+")")
-	fs.StringVar(&f.principal, flagPrincipal, "", "principal to act as, sent as "+auth.PrincipalHeader+" metadata (or "+envPrincipal+"; default: the server's, \"dev\")")
+	fs.StringVar(&f.principal, flagPrincipal, "", "principal to act as while the server's authentication is off, sent as "+auth.PrincipalHeader+" metadata (or "+envPrincipal+"; default: the server's, \"dev\")")
 	fs.DurationVar(&f.timeout, flagTimeout, defaultTimeout, "deadline of each request to the server")
 	fs.StringVarP(&f.output, flagOutput, "o", outputTable, "output format: table (for people) or json (protojson of the response, for scripts)")
+	f.access.register(fs)
 	return f
 }
 
@@ -86,6 +89,7 @@ type client struct {
 	conn      *grpc.ClientConn
 	addr      string
 	principal string // empty: the server's default
+	access    accessFlags
 	timeout   time.Duration
 	json      bool
 	stdout    io.Writer
@@ -126,12 +130,31 @@ func (f *clientFlags) connect(cmd *cobra.Command, lookupEnv env) (*client, error
 	if f.output != outputTable && f.output != outputJSON {
 		problems = append(problems, fmt.Sprintf("--output must be table or json, not %q", f.output))
 	}
+	access := f.access
+	if err := access.resolve(fs, lookupEnv); err != nil {
+		problems = append(problems, err.Error())
+	}
+	token, err := access.bearer()
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	if token != "" && strings.TrimSpace(addr) != "" {
+		if err := checkPlaintextToken(addr, &access); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
 	if len(problems) > 0 {
 		return nil, usage(errors.New(strings.Join(problems, "; ")))
 	}
+	creds, err := access.transport(addr)
+	if err != nil {
+		return nil, usage(err)
+	}
 	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUserAgent("toolsvc-cli/"+buildVersion()))
+		grpc.WithTransportCredentials(creds),
+		grpc.WithUserAgent("toolsvc-cli/"+buildVersion()),
+		grpc.WithChainUnaryInterceptor(checkTextUnary),
+		grpc.WithChainStreamInterceptor(checkTextStream))
 	if err != nil {
 		return nil, usage(fmt.Errorf("--addr %q: %w", addr, err))
 	}
@@ -139,10 +162,57 @@ func (f *clientFlags) connect(cmd *cobra.Command, lookupEnv env) (*client, error
 	if principal != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, auth.PrincipalHeader, principal)
 	}
+	if token != "" {
+		ctx = withToken(ctx, token)
+	}
 	return &client{
-		conn: conn, addr: addr, principal: principal, timeout: f.timeout,
+		conn: conn, addr: addr, principal: principal, access: access, timeout: f.timeout,
 		json: f.output == outputJSON, stdout: cmd.OutOrStdout(), stderr: cmd.ErrOrStderr(), ctx: ctx,
 	}, nil
+}
+
+// checkTextUnary refuses, as a usage error, a request whose text (an
+// argument or flag: an id, a name, a comment...) holds NUL or invalid UTF-8:
+// the server would refuse it, and protobuf cannot even send invalid UTF-8.
+func checkTextUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if err := checkText(req); err != nil {
+		return err
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func checkTextStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &checkedStream{ClientStream: s}, nil
+}
+
+// checkedStream checks each request it sends.
+type checkedStream struct{ grpc.ClientStream }
+
+func (s *checkedStream) SendMsg(m any) error {
+	if err := checkText(m); err != nil {
+		return err
+	}
+	return s.ClientStream.SendMsg(m)
+}
+
+func checkText(req any) error {
+	m, ok := req.(proto.Message)
+	if !ok {
+		return nil
+	}
+	err := server.CheckRequestText(m)
+	if f, ok := fault.As(err); ok {
+		problems := make([]string, len(f.Violations))
+		for i, v := range f.Violations {
+			problems[i] = v.Field + ": " + v.Description
+		}
+		return usage(errors.New(strings.Join(problems, "; ")))
+	}
+	return err
 }
 
 // withClient connects, runs fn and closes the connection.
@@ -182,6 +252,10 @@ func unary[T any](c *client, fn func(ctx context.Context) (T, error)) (T, error)
 // server attached, readably; in json mode the google.rpc.Status as protojson
 // on stderr. It returns the exit error (code 4).
 func (c *client) rpcError(err error) error {
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return err // refused before it was sent (checkText)
+	}
 	st := status.Convert(err)
 	if c.json {
 		if b, jerr := marshalJSON(st.Proto(), true); jerr == nil {
@@ -195,6 +269,10 @@ func (c *client) rpcError(err error) error {
 
 // hint explains errors that did not come from toolsvc itself.
 func (c *client) hint(st *status.Status) string {
+	if st.Code() == codes.Unauthenticated && !c.access.authenticates() {
+		return fmt.Sprintf("authenticate with a token (--%s, %s or --%s) or a client certificate (--%s and --%s)",
+			flagTokenFile, envToken, flagToken, flagCertFile, flagKeyFile)
+	}
 	for _, d := range st.Details() {
 		if _, ok := d.(*errdetails.ErrorInfo); ok {
 			return ""
@@ -536,5 +614,5 @@ func (c *client) connectionFlags() []string {
 	if c.principal != "" {
 		out = append(out, "--principal", shellQuote(c.principal))
 	}
-	return out
+	return append(out, c.access.flags()...)
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -329,7 +330,7 @@ func TestToolsCommands(t *testing.T) {
 		t.Fatalf("--limit 2 printed %d rows:\n%s", rows, out)
 	}
 	out, _ = expect(t, exitOK, addr, "tools", "get", "notes")
-	mustContain(t, "tools get", out, "Name:", "notes", "Scopes:", "read before write", "write  risk HIGH", "arguments: content (string, required), path (string, required)")
+	mustContain(t, "tools get", out, "Name:", "notes", "Scopes:", "read before write", "write  risk HIGH", "arguments: path (string, required), content (string, required)")
 	_, stderr := expect(t, exitRPC, addr, "tools", "get", "nope")
 	mustContain(t, "unknown tool", stderr, "NotFound", "TOOL_NOT_FOUND")
 
@@ -695,10 +696,23 @@ func TestClientUsageErrors(t *testing.T) {
 		{"audit", "list", "--since", "yesterday"},
 		{"audit", "list", "--since", "-1h"},
 		{"audit", "list", "extra"},
+		// Text the server would refuse, refused before it is sent.
+		{"calls", "get", "--id", "bad\xffid"},
+		{"calls", "resolve", "x", "--outcome", "failed", "--comment", "a\x00b"},
+		{"tools", "get", "ech\xc3"},
+		{"approvals", "approve", "x", "--comment", "\xff"},
+		{"health", "drain", "echo", "--reason", "down\x00"},
+		{"health", "watch", "echo", "\xff"},
+		{"call", "echo", "echo", "--key", "k\xff"},
 	} {
 		code, stdout, stderr := cli(t, addr, args...)
 		if code != exitUsage || !strings.HasPrefix(stderr, "toolsvc: ") || stdout != "" {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+		if bad := strings.Join(args, " "); !utf8.ValidString(bad) || strings.Contains(bad, "\x00") {
+			if !strings.Contains(stderr, "must be valid UTF-8") && !strings.Contains(stderr, "must not contain NUL") {
+				t.Errorf("%q: stderr %q does not say what is wrong", args, stderr)
+			}
 		}
 	}
 }
@@ -806,4 +820,61 @@ func TestShellQuote(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestToolsConnectorCommands(t *testing.T) {
+	t.Parallel()
+	addr := startServer(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "billing.yaml")
+	if err := os.WriteFile(file, []byte(`connectors:
+  - id: billing
+    type: http
+    description: Invoices of the billing API
+    base_url: https://api.example.com/v1
+    auth: {bearer: {secret: api_key}}
+    headers: {X-Tenant: acme, X-Trace: {secret: trace_key}}
+    required_scopes: [billing]
+    timeout: 20s
+    actions:
+      - name: get_invoice
+        description: Read one invoice
+        method: GET
+        path: /invoices/{id}
+        risk: LOW
+      - name: pay
+        description: Pay an invoice
+        method: POST
+        path: /invoices/{id}/pay
+        risk: HIGH
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := expect(t, exitOK, addr, "tools", "register", file, "--principal", "ops-1")
+	mustContain(t, "register", out, "Created tool billing, version 1.")
+	out, _ = expect(t, exitOK, addr, "tools", "get", "billing")
+	mustContain(t, "tools get", out, "http: https://api.example.com/v1; secrets api_key, trace_key",
+		"get_invoice  risk LOW", "pay  risk HIGH", "arguments: id (string, required)", "Preview:", "yes")
+	out, _ = expect(t, exitOK, addr, "tools", "get", "billing", "-o", "json")
+	mustContain(t, "tools get -o json", out, `"bearer": {`, `"secret": "api_key"`, `"value": "acme"`)
+	out, _ = expect(t, exitOK, addr, "tools", "sync", "billing")
+	mustContain(t, "sync", out, "Tool billing is unchanged (version 1, 2 action(s)).")
+	_, stderr := expect(t, exitRPC, addr, "tools", "sync", "echo")
+	mustContain(t, "sync of a native tool", stderr, "FailedPrecondition", "NOT_A_CONNECTOR")
+	_, stderr = expect(t, exitRPC, addr, "tools", "sync", "nope")
+	mustContain(t, "sync of an unknown tool", stderr, "NotFound", "TOOL_NOT_FOUND")
+
+	// A literal credential is refused before anything is written.
+	if err := os.WriteFile(file, []byte(`connectors:
+  - id: leaky
+    type: http
+    base_url: https://api.example.com
+    headers: {Authorization: Bearer abc123}
+    actions: [{name: get, description: Get, method: GET, path: /x}]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr = expect(t, exitRPC, addr, "tools", "register", file)
+	mustContain(t, "literal credential", stderr, "InvalidArgument", "tool.connector.headers.Authorization", "secrets store")
+	expect(t, exitRPC, addr, "tools", "get", "leaky")
 }

@@ -1,6 +1,7 @@
 // Command toolsvc is the tool execution service: `toolsvc serve` runs the gRPC
-// server, `toolsvc migrate` manages the Postgres schema, `toolsvc version`
-// says which build this is.
+// server, `toolsvc migrate` manages the Postgres schema, `toolsvc token`
+// makes bearer tokens, `toolsvc version` says which build this is; the
+// other commands are clients of a running server.
 package main
 
 import (
@@ -87,6 +88,7 @@ flags, in increasing precedence.`,
 		newServeCommand(stderr, lookupEnv),
 		newMigrateCommand(stdout, lookupEnv),
 		newVersionCommand(stdout),
+		newTokenCommand(stdout, stderr),
 		newCallCommand(lookupEnv),
 		newCallsCommand(lookupEnv),
 		newToolsCommand(lookupEnv),

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,13 +75,105 @@ func parseToolDoc(data []byte) (*toolsvcv1.Tool, []string) {
 		// belongs); protojson names the field.
 		return nil, []string{strings.TrimPrefix(err.Error(), "proto: ")}
 	}
+	keepDocumentOrder(data, tool)
 	return tool, nil
+}
+
+// keepDocumentOrder sets the text form of each schema and example the file
+// gives (input_schema_json and the like) from the file itself, with its keys
+// in the order written: a Struct has no order, and the server stores what it
+// is sent. Best effort: a document whose text cannot be found, or would not
+// be the same as its Struct, is sent as the Struct alone.
+func keepDocumentOrder(data []byte, tool *toolsvcv1.Tool) {
+	var root yaml.Node // JSON is YAML too: one walk for both
+	if yaml.Unmarshal(data, &root) != nil || len(root.Content) == 0 {
+		return
+	}
+	node := root.Content[0]
+	if items := mappingValue(node, "tools"); items != nil {
+		if items.Kind != yaml.SequenceNode || len(items.Content) != 1 {
+			return
+		}
+		node = items.Content[0]
+	} else if inner := mappingValue(node, "tool"); inner != nil {
+		node = inner
+	}
+	actions := mappingValue(node, "actions")
+	if actions == nil || actions.Kind != yaml.SequenceNode || len(actions.Content) != len(tool.GetActions()) {
+		return
+	}
+	for i, a := range tool.GetActions() {
+		an := actions.Content[i]
+		if a.GetInputSchemaJson() == "" && a.GetInputSchema() != nil {
+			a.InputSchemaJson = orderedText(mappingValue(an, "input_schema", "inputSchema"), a.GetInputSchema().AsMap())
+		}
+		if a.GetOutputSchemaJson() == "" && a.GetOutputSchema() != nil {
+			a.OutputSchemaJson = orderedText(mappingValue(an, "output_schema", "outputSchema"), a.GetOutputSchema().AsMap())
+		}
+		examples := mappingValue(an, "examples")
+		if examples == nil || examples.Kind != yaml.SequenceNode || len(examples.Content) != len(a.GetExamples()) {
+			continue
+		}
+		for j, ex := range a.GetExamples() {
+			en := examples.Content[j]
+			if ex.GetInputJson() == "" && ex.GetInput() != nil {
+				ex.InputJson = orderedText(mappingValue(en, "input"), ex.GetInput().AsMap())
+			}
+			if ex.GetOutputJson() == "" && ex.GetOutput() != nil {
+				ex.OutputJson = orderedText(mappingValue(en, "output"), ex.GetOutput().AsInterface())
+			}
+		}
+	}
+}
+
+// mappingValue returns the value of the first of keys in mapping n, or nil.
+func mappingValue(n *yaml.Node, keys ...string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if slices.Contains(keys, n.Content[i].Value) {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// orderedText is n as JSON text with its keys in the order written, if that
+// is the same document as want; "" otherwise.
+func orderedText(n *yaml.Node, want any) string {
+	if n == nil {
+		return ""
+	}
+	text, err := yamlvalue.JSON(n)
+	if err != nil || text == nil {
+		return ""
+	}
+	var got any
+	if json.Unmarshal(text, &got) != nil || !reflect.DeepEqual(got, want) {
+		return ""
+	}
+	return string(text)
 }
 
 // unwrapTool finds the tool in a document: the tools file's single entry,
 // a RegisterToolRequest's tool, or the document itself. path is the field
 // path of the tool, for problems.
 func unwrapTool(top map[string]any) (tool map[string]any, path, problem string) {
+	if list, ok := top["connectors"]; ok {
+		if len(top) > 1 {
+			return nil, "", fmt.Sprintf("a tools file with one connector has only the key \"connectors\", not %s", strings.Join(otherKeys(top, "connectors"), ", "))
+		}
+		items, ok := list.([]any)
+		if !ok || len(items) != 1 {
+			return nil, "", "connectors: want a list with exactly one connector (serve --tools-file loads many)"
+		}
+		m, ok := items[0].(map[string]any)
+		if !ok {
+			return nil, "", fmt.Sprintf("connectors[0]: want a mapping, not %s", docKind(items[0]))
+		}
+		return connectorTool(m), "connectors[0]", ""
+	}
 	if list, ok := top["tools"]; ok {
 		if len(top) > 1 {
 			return nil, "", fmt.Sprintf("a tools file has only the key \"tools\", not %s", strings.Join(otherKeys(top, "tools"), ", "))
@@ -106,6 +199,33 @@ func unwrapTool(top map[string]any) (tool map[string]any, path, problem string) 
 		return inner, "tool", ""
 	}
 	return top, "tool", ""
+}
+
+// toolLevelKeys are the keys of a tools file's connector entry that belong
+// to the tool rather than to its connector definition.
+var toolLevelKeys = map[string]bool{
+	"description": true, "capabilities": true, "required_scopes": true, "default_risk": true,
+	"timeout": true, "approval_ttl": true, "audit_payloads": true, "policies": true, "config_ref": true,
+}
+
+// connectorTool turns a tools file's connector entry into the Tool message's
+// shape: id is the tool's name, the tool's own keys stay, the rest is the
+// connector definition.
+func connectorTool(m map[string]any) map[string]any {
+	tool := map[string]any{}
+	conn := map[string]any{}
+	for k, v := range m {
+		switch {
+		case k == "id":
+			tool["name"] = v
+		case toolLevelKeys[k]:
+			tool[k] = v
+		default:
+			conn[k] = v
+		}
+	}
+	tool["connector"] = conn
+	return tool
 }
 
 func otherKeys(m map[string]any, except string) []string {
@@ -154,6 +274,17 @@ func normalizeMessage(m map[string]any, md protoreflect.MessageDescriptor, path 
 		}
 		v := m[k]
 		if v == nil {
+			continue
+		}
+		if fd.IsMap() {
+			entries, ok := v.(map[string]any)
+			if !ok {
+				*problems = append(*problems, fmt.Sprintf("%s: want a mapping, not %s", at, docKind(v)))
+				continue
+			}
+			for ek, ev := range entries {
+				entries[ek] = normalizeValue(ev, fd.MapValue(), at+"."+ek, problems)
+			}
 			continue
 		}
 		if fd.IsList() {
@@ -206,6 +337,12 @@ func normalizeValue(v any, fd protoreflect.FieldDescriptor, at string, problems 
 		return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
 	case opaqueMessages[fd.Message().FullName()]:
 		return v
+	case fd.Message().FullName() == "toolsvc.v1.ConfigValue":
+		// The tools file writes a literal value bare.
+		switch x := v.(type) {
+		case string, bool, json.Number:
+			return map[string]any{"value": fmt.Sprint(x)}
+		}
 	}
 	sub, ok := v.(map[string]any)
 	if !ok {

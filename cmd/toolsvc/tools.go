@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -22,7 +24,7 @@ const (
 func newToolsCommand(lookupEnv env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tools",
-		Short: "List, show, register and deregister tools",
+		Short: "List, show, register, deregister and sync tools",
 		Args:  noArgs,
 		RunE:  showHelp,
 	}
@@ -156,7 +158,36 @@ a bad definition is refused with one line per problem and nothing is written.`,
 	}
 	deregister.Flags().Int64Var(&deregExpected, "expected-version", 0, "succeed only if the stored tool has this version (0: any)")
 
-	cmd.AddCommand(list, get, register, deregister)
+	sync := &cobra.Command{
+		Use:   "sync NAME",
+		Short: "Discover a connector's tools again (operators)",
+		Long: `Ask a connector's server again what it offers (an MCP server's tools/list)
+and store what changed: a changed schema, annotation or description makes a
+new version of the tool, so approvals given for the old one are not used.`,
+		Args: exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cf.withClient(cmd, lookupEnv, func(c *client) error {
+				resp, err := unary(c, func(ctx context.Context) (*toolsvcv1.SyncToolResponse, error) {
+					return registry(c).SyncTool(ctx, &toolsvcv1.SyncToolRequest{Name: args[0]})
+				})
+				if err != nil {
+					return err
+				}
+				if c.json {
+					return c.printJSON(resp)
+				}
+				t := resp.GetTool()
+				if resp.GetChanged() {
+					fmt.Fprintf(c.stdout, "Tool %s changed: now version %d with %d action(s).\n", t.GetName(), t.GetVersion(), len(t.GetActions()))
+				} else {
+					fmt.Fprintf(c.stdout, "Tool %s is unchanged (version %d, %d action(s)).\n", t.GetName(), t.GetVersion(), len(t.GetActions()))
+				}
+				return nil
+			})
+		},
+	}
+
+	cmd.AddCommand(list, get, register, deregister, sync)
 	return cmd
 }
 
@@ -200,10 +231,17 @@ func printTool(w io.Writer, t *toolsvcv1.Tool) error {
 	for _, p := range t.GetPolicies() {
 		f.add("Policy", policyText(p))
 	}
+	if c := t.GetConnector(); c != nil {
+		f.add("Connector", connectorText(c))
+	}
 	f.add("Created", when(t.GetCreateTime()))
 	f.add("Updated", when(t.GetUpdateTime()))
 	if err := f.flush(); err != nil {
 		return err
+	}
+	server := map[string]string{}
+	for _, d := range t.GetConnector().GetDiscovered() {
+		server[d.GetAction()] = d.GetServerTool()
 	}
 	fmt.Fprintf(w, "\nActions:\n")
 	for _, a := range t.GetActions() {
@@ -212,13 +250,58 @@ func printTool(w io.Writer, t *toolsvcv1.Tool) error {
 			risk = enumName(t.GetDefaultRisk()) + " (default)"
 		}
 		fmt.Fprintf(w, "  %s  risk %s\n", a.GetName(), risk)
+		if st, ok := server[a.GetName()]; ok && st != a.GetName() {
+			fmt.Fprintf(w, "    server tool: %s\n", st)
+		}
 		fmt.Fprintf(w, "    %s\n", a.GetDescription())
-		fmt.Fprintf(w, "    arguments: %s\n", schemaSummary(a.GetInputSchema()))
+		fmt.Fprintf(w, "    arguments: %s\n", schemaSummary(a.GetInputSchema(), a.GetInputSchemaJson()))
 		if r := a.GetResourceArgument(); r != "" {
 			fmt.Fprintf(w, "    resource: %s\n", r)
 		}
 	}
+	for _, d := range t.GetConnector().GetDiscovered() {
+		if d.GetProblem() != "" {
+			fmt.Fprintf(w, "  (not offered: server tool %s: %s)\n", d.GetServerTool(), d.GetProblem())
+		}
+	}
 	return nil
+}
+
+// connectorText summarizes a connector definition: what it reaches, how,
+// and which secrets it uses (by key; toolsvc never holds their values).
+func connectorText(c *toolsvcv1.Connector) string {
+	var parts []string
+	switch c.GetType() {
+	case toolsvcv1.ConnectorType_CONNECTOR_TYPE_MCP:
+		switch {
+		case len(c.GetCommand()) > 0:
+			parts = append(parts, "mcp over stdio: "+strings.Join(c.GetCommand(), " "))
+		default:
+			parts = append(parts, "mcp over http: "+c.GetUrl())
+		}
+	case toolsvcv1.ConnectorType_CONNECTOR_TYPE_HTTP:
+		parts = append(parts, "http: "+c.GetBaseUrl())
+	}
+	var keys []string
+	for _, m := range []map[string]*toolsvcv1.ConfigValue{c.GetEnv(), c.GetHeaders()} {
+		for _, v := range m {
+			if v.GetSecret() != "" {
+				keys = append(keys, v.GetSecret())
+			}
+		}
+	}
+	if a := c.GetAuth(); a != nil {
+		for _, r := range []*toolsvcv1.SecretRef{a.GetBearer(), a.GetBasic().GetPassword(), a.GetHeader().GetValue(), a.GetQuery().GetValue()} {
+			if r.GetSecret() != "" {
+				keys = append(keys, r.GetSecret())
+			}
+		}
+	}
+	if len(keys) > 0 {
+		slices.Sort(keys)
+		parts = append(parts, "secrets "+strings.Join(slices.Compact(keys), ", "))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func policyText(p *toolsvcv1.Policy) string {
@@ -237,9 +320,10 @@ func policyText(p *toolsvcv1.Policy) string {
 	return "unknown policy"
 }
 
-// schemaSummary lists an input schema's properties for a person:
-// "message (string, required), uppercase (boolean)".
-func schemaSummary(s *structpb.Struct) string {
+// schemaSummary lists an input schema's properties for a person, in the
+// order they were registered (from the schema's text; by name if there is
+// none): "message (string, required), uppercase (boolean)".
+func schemaSummary(s *structpb.Struct, text string) string {
 	if s == nil {
 		return "none"
 	}
@@ -251,11 +335,10 @@ func schemaSummary(s *structpb.Struct) string {
 	for _, r := range s.GetFields()["required"].GetListValue().GetValues() {
 		required[r.GetStringValue()] = true
 	}
-	var names []string
-	for n := range props {
-		names = append(names, n)
+	names := propertyOrder(text)
+	if len(names) != len(props) {
+		names = slices.Sorted(maps.Keys(props))
 	}
-	slices.Sort(names)
 	var out []string
 	for _, n := range names {
 		var attrs []string
@@ -280,4 +363,39 @@ func schemaSummary(s *structpb.Struct) string {
 		out = append(out, n)
 	}
 	return strings.Join(out, ", ")
+}
+
+// propertyOrder returns the keys of the root "properties" object of a
+// schema's JSON text in the order written; nil if it cannot tell.
+func propertyOrder(text string) []string {
+	dec := json.NewDecoder(strings.NewReader(text))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	var skip json.RawMessage
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		if key != "properties" {
+			if dec.Decode(&skip) != nil {
+				return nil
+			}
+			continue
+		}
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+			return nil
+		}
+		var names []string
+		for dec.More() {
+			name, err := dec.Token()
+			if err != nil || dec.Decode(&skip) != nil {
+				return nil
+			}
+			names = append(names, fmt.Sprint(name))
+		}
+		return names
+	}
+	return nil
 }

@@ -10,11 +10,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/executor"
 	"github.com/toolsvc/toolsvc/internal/gate"
@@ -22,12 +22,14 @@ import (
 	"github.com/toolsvc/toolsvc/internal/idempotency"
 	"github.com/toolsvc/toolsvc/internal/policy"
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/secrets"
 	"github.com/toolsvc/toolsvc/internal/server"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/store/memory"
 	"github.com/toolsvc/toolsvc/internal/store/postgres"
 	"github.com/toolsvc/toolsvc/internal/telemetry"
 	"github.com/toolsvc/toolsvc/internal/tools"
+	"github.com/toolsvc/toolsvc/internal/tools/connectors"
 	"github.com/toolsvc/toolsvc/internal/tools/demo"
 )
 
@@ -48,13 +50,22 @@ type Options struct {
 	ExtraProviders []tools.Provider
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// HealthInterval is how often the store is pinged for grpc.health.v1;
-	// 0 means the server's default.
+	// HealthInterval, if positive, overrides server.store_probe_interval
+	// (how often the store is pinged for grpc.health.v1).
 	HealthInterval time.Duration
 	// WrapStore, if set, wraps the store the configuration opens before
 	// anything uses it (instrumentation, fault injection in tests). The App
 	// closes what it returns.
 	WrapStore func(store.Store) store.Store
+	// MCP opens sessions with MCP servers for MCP connectors; nil means
+	// internal/tools/mcp's client (tests put a fake here).
+	MCP connectors.MCPDialer
+	// ConnectorTransport sends HTTP connectors' requests; nil means
+	// http.DefaultTransport.
+	ConnectorTransport http.RoundTripper
+	// Env looks up the environment for the secrets store; nil means
+	// os.LookupEnv.
+	Env func(string) (string, bool)
 	// Version is this build's version, for telemetry (service.version).
 	Version string
 	// Telemetry, if set, is used instead of what the OTEL_* environment
@@ -68,6 +79,7 @@ type App struct {
 	log     *slog.Logger
 	store   store.Store
 	reg     *registry.Registry
+	conns   *connectors.Manager
 	tracker *health.Tracker
 	exec    *executor.Executor
 	server  *server.Server
@@ -132,11 +144,23 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 		providers = append(providers, demo.NewProvider())
 	}
 	providers = append(providers, opts.ExtraProviders...)
+	secretStore, err := newSecretsStore(cfg.Secrets, opts.Env)
+	if err != nil {
+		return nil, err
+	}
+	dial := opts.MCP
+	if dial == nil {
+		dial = mcpDialer
+	}
+	a.conns = connectors.New(connectors.Options{
+		Secrets: secretStore, HTTPTransport: opts.ConnectorTransport, MCP: dial, Now: opts.Now, Logger: log,
+	})
 	a.reg, err = registry.New(registry.Options{
-		Store:     a.store,
-		Providers: providers,
-		Now:       opts.Now,
-		Logger:    log,
+		Store:      a.store,
+		Providers:  providers,
+		Connectors: a.conns,
+		Now:        opts.Now,
+		Logger:     log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
@@ -144,8 +168,22 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 	if err := a.reg.Start(runCtx); err != nil {
 		return nil, err
 	}
+	// An MCP server that says its tools changed, or that did not answer a
+	// discovery, is discovered again through the registry.
+	a.conns.SetResync(func(ctx context.Context, id string) error {
+		_, _, err := a.reg.Rediscover(ctx, id, SystemActor)
+		return err
+	})
 	if err := a.syncTools(ctx); err != nil {
 		return nil, err
+	}
+	// MCP connectors registered through the API are discovered again at
+	// start (in the background): their servers may have changed meanwhile,
+	// and their sessions are then open to hear of later changes.
+	for _, name := range a.reg.MCPConnectors() {
+		if t, err := a.reg.Get(ctx, name); err == nil && t.Source != store.SourceFile {
+			a.conns.Resync(name)
+		}
 	}
 
 	a.tracker = health.NewTracker(a.store, cfg.Health, opts.Now, log)
@@ -163,41 +201,64 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 		Store: a.store, Registry: a.reg, Gate: g, Policies: policy.New(a.store), Health: a.tracker,
 		Idempotency: cfg.Idempotency, ApprovalTTL: cfg.Approvals.TTL, PreviewTTL: cfg.Previews.TTL,
 		Now: opts.Now, Logger: log, Observer: a.tel.Observer(),
+		AuditDetailMaxBytes: cfg.Audit.DetailMaxBytes,
 	})
 	if err != nil {
 		return nil, err
 	}
 	// Every replica reaps: the sweeps are safe to run concurrently.
-	reaper := idempotency.NewReaper(a.store, cfg.Idempotency, opts.Now, log)
+	reaper := idempotency.NewReaper(a.store, cfg.Idempotency, opts.Now, log).
+		WithAuditRetention(a.store, cfg.Audit.Retention)
 	a.reaped = make(chan struct{})
 	go func() {
 		defer close(a.reaped)
 		reaper.Run(runCtx)
 	}()
 
-	principals, err := cfg.DevPrincipals()
+	access, err := newAccess(cfg, opts.Now)
 	if err != nil {
 		return nil, err
 	}
-	authn, err := auth.NewDevAuthenticator(principals)
-	if err != nil {
-		return nil, fmt.Errorf("principals: %w", err)
+	limits := cfg.Server
+	if opts.HealthInterval > 0 {
+		limits.StoreProbeInterval = opts.HealthInterval
 	}
 	a.server, err = server.New(server.Options{
-		Logger:          log,
-		Store:           a.store,
-		Registry:        a.reg,
-		Authenticator:   authn,
-		Executor:        a.exec,
-		Health:          a.tracker,
-		HealthInterval:  opts.HealthInterval,
-		ShutdownTimeout: cfg.ShutdownTimeout,
-		StatsHandler:    a.tel.StatsHandler(),
+		Logger:                 log,
+		Store:                  a.store,
+		Registry:               a.reg,
+		Authenticator:          access.authn,
+		TLS:                    access.tls,
+		AuthenticateHealth:     cfg.Auth.Enabled && !cfg.Auth.PublicHealth,
+		AuthenticateReflection: cfg.Auth.Enabled && !cfg.Auth.PublicReflection,
+		Limits:                 access.limits,
+		RefusalAudit:           access.throttle,
+		Executor:               a.exec,
+		Health:                 a.tracker,
+		Config:                 limits,
+		ShutdownTimeout:        cfg.ShutdownTimeout,
+		ShutdownGrace:          cfg.ShutdownGrace,
+		AuditPageBytes:         cfg.Audit.PageBytes,
+		StatsHandler:           a.tel.StatsHandler(),
 	})
 	if err != nil {
 		return nil, err
 	}
 	return a, nil
+}
+
+// newSecretsStore is the configured secrets store: the directory, if set,
+// then the environment.
+func newSecretsStore(c config.SecretsConfig, env func(string) (string, bool)) (secrets.Store, error) {
+	envStore := secrets.NewEnv(env)
+	if c.Dir == "" {
+		return envStore, nil
+	}
+	dir, err := secrets.NewDir(c.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("secrets.dir: %w", err)
+	}
+	return secrets.Chain(dir, envStore), nil
 }
 
 // openStore opens the configured store.
@@ -265,8 +326,11 @@ func (a *App) logSync(source string, rep registry.SyncReport) {
 		"deleted", strings.Join(rep.Deleted, ","), "unchanged", len(rep.Unchanged))
 }
 
-// Listen opens the configured listen address, and the metrics endpoint's
-// if one is configured (Serve serves it).
+// Listen opens the configured listen address, and the operations port if
+// metrics.listen is set (Serve serves it). While authentication is off
+// the socket must be bound to a loopback address: the configuration is
+// checked for one, but a name such as localhost is only resolved here, and
+// may resolve to any address, so the bound socket is what is checked.
 func (a *App) Listen() (net.Listener, error) {
 	if err := a.listenMetrics(); err != nil {
 		return nil, err
@@ -275,7 +339,23 @@ func (a *App) Listen() (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
 	}
+	if !a.cfg.Auth.Enabled {
+		if err := CheckLoopback(lis.Addr()); err != nil {
+			lis.Close()
+			return nil, fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
+		}
+	}
 	return lis, nil
+}
+
+// CheckLoopback refuses an address that is not a loopback TCP address: while
+// authentication is off, anyone who can connect may act as any principal.
+func CheckLoopback(addr net.Addr) error {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsLoopback() {
+		return fmt.Errorf("refusing to serve on %s: it is not a loopback address, and authentication is off (anyone who can connect may act as any principal); listen on 127.0.0.1 or ::1", addr)
+	}
+	return nil
 }
 
 // Serve serves on lis until ctx ends, then drains in-flight calls (bounded
@@ -299,10 +379,10 @@ func (a *App) Serve(ctx context.Context, lis net.Listener) error {
 	a.log.Info("toolsvc serving",
 		"listen", lis.Addr().String(), "store", a.cfg.StoreKind(), "tools", n,
 		"demo_tools", a.cfg.DemoToolsEnabled(), "tracing", a.tel.Tracing(), "metrics", a.tel.Metering())
-	if !a.cfg.Auth.Enabled {
-		a.log.Warn("authentication is off: any caller may act as any principal (x-toolsvc-principal metadata); listening on loopback only")
-	}
+	a.logAccess()
 	err = a.server.Serve(ctx, lis)
+	// The gRPC server has stopped; Close (deferred) waits for outcomes
+	// still being recorded before it closes the store.
 	a.log.Info("toolsvc stopped")
 	return err
 }
@@ -350,6 +430,9 @@ func (a *App) Close() {
 		a.stop()
 		if a.reaped != nil {
 			<-a.reaped
+		}
+		if a.conns != nil {
+			a.conns.Close()
 		}
 		if a.store != nil {
 			a.store.Close()

@@ -65,11 +65,16 @@ func TestShutdownTimeoutAbortsRunningTools(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
+			type answer struct {
+				resp *toolsvcv1.ExecuteToolResponse
+				err  error
+			}
+			answered := make(chan answer, 1)
 			go func() {
-				// Its answer races the forced stop; what matters is the record.
-				_, _ = toolsvcv1.NewToolExecutionServiceClient(conn).ExecuteTool(apptest.As(context.Background(), "agent"),
+				resp, err := toolsvcv1.NewToolExecutionServiceClient(conn).ExecuteTool(apptest.As(context.Background(), "agent"),
 					&toolsvcv1.ExecuteToolRequest{Tool: "waiter", Action: "wait", Arguments: &structpb.Struct{},
 						Context: &toolsvcv1.CallContext{IdempotencyKey: "k-wait"}})
+				answered <- answer{resp, err}
 			}()
 			select {
 			case <-w.started:
@@ -89,6 +94,13 @@ func TestShutdownTimeoutAbortsRunningTools(t *testing.T) {
 			if took := time.Since(began); took > 3*time.Second {
 				t.Fatalf("shutdown took %s with a 200ms shutdown timeout", took)
 			}
+			// The caller received the recorded answer before the connection
+			// closed, not a transport error.
+			ans := <-answered
+			if ans.err != nil || ans.resp.Outcome != toolsvcv1.Outcome_OUTCOME_UNKNOWN ||
+				!strings.Contains(ans.resp.Result.GetMessage(), "server shut down") {
+				t.Fatalf("the caller got %v, %v", ans.resp, ans.err)
+			}
 			if backend != apptest.Postgres {
 				return // the memory store closed with the app
 			}
@@ -101,8 +113,9 @@ func TestShutdownTimeoutAbortsRunningTools(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.State != store.CallUnknown || c.Result == nil || !strings.Contains(c.Result.Message, "server shut down") {
-				t.Fatalf("aborted call recorded as %s %+v", c.State, c.Result)
+			if c.State != store.CallUnknown || c.Result == nil || !strings.Contains(c.Result.Message, "server shut down") ||
+				c.ID != ans.resp.CallId || c.Result.Message != ans.resp.Result.GetMessage() {
+				t.Fatalf("aborted call recorded as %s %+v, answered %v", c.State, c.Result, ans.resp)
 			}
 			h, err := pg.GetToolHealth(context.Background(), "waiter")
 			if err != nil {

@@ -1,11 +1,13 @@
 // Package audit owns the audit event vocabulary: the event types and how an
-// event is built (identifier, time, redaction of details). Events are written
-// by the store in the same transaction as the change they describe.
+// event is built (identifier, text fields made safe, the detail encoded once
+// and bounded). Events are written by the store in the same transaction as
+// the change they describe.
 package audit
 
 import (
 	"github.com/google/uuid"
 
+	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
 
@@ -34,6 +36,11 @@ const (
 	ToolDeregistered    = "tool.deregistered"
 )
 
+// MaxField bounds each text field of an event (ids, principal, tool,
+// action). Every valid value is shorter; the bound only matters for the
+// event of a refused request, which names what the caller sent.
+const MaxField = 255
+
 // NewID returns a new event identifier (a UUIDv7: sortable by creation time).
 func NewID() string {
 	id, err := uuid.NewV7()
@@ -43,12 +50,34 @@ func NewID() string {
 	return id.String()
 }
 
-// New returns an event of type typ at the given time with a fresh identifier.
-// Callers fill in the call's fields; detail must already be redacted.
+// New returns an event of type typ built from ev (the call's fields, and
+// its detail if it has one already encoded; ID is generated unless set).
+// Every text field comes out valid UTF-8 without NUL and at most MaxField
+// bytes, cut on a character boundary: an event describes a request that may
+// be malformed (a refusal names what the caller sent), and a store must
+// never meet text it cannot hold or an API response cannot carry.
 func New(typ string, ev store.AuditEvent) store.AuditEvent {
 	ev.Type = typ
 	if ev.ID == "" {
 		ev.ID = NewID()
 	}
+	for _, f := range []*string{&ev.ID, &ev.Type, &ev.CallID, &ev.TraceID, &ev.TaskID, &ev.StepID,
+		&ev.Principal, &ev.Tool, &ev.Action} {
+		*f = safetext.Bound(*f, MaxField)
+	}
+	return ev
+}
+
+// NewDetail is New with detail, already redacted, encoded once as the
+// event's JSON object of at most DefaultDetailMaxBytes (EncodeDetail).
+func NewDetail(typ string, ev store.AuditEvent, detail map[string]any) store.AuditEvent {
+	return NewBounded(typ, ev, detail, DefaultDetailMaxBytes)
+}
+
+// NewBounded is NewDetail with the detail bounded to maxDetail bytes (the
+// setting audit.detail_max_bytes).
+func NewBounded(typ string, ev store.AuditEvent, detail map[string]any, maxDetail int) store.AuditEvent {
+	ev = New(typ, ev)
+	ev.Detail = EncodeDetail(detail, maxDetail)
 	return ev
 }

@@ -5,31 +5,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
-	"google.golang.org/grpc/metadata"
-
-	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
-// PrincipalHeader is the request metadata key that names the calling
-// principal while authentication is off.
-const PrincipalHeader = "x-toolsvc-principal"
-
-// DefaultPrincipalID is the principal of a request that names none.
+// DefaultPrincipalID is the principal of a request that names none while
+// authentication is off.
 const DefaultPrincipalID = "dev"
-
-// MaxPrincipalIDLength bounds a principal id.
-const MaxPrincipalIDLength = 128
-
-// Authenticator establishes the principal of a request from its context
-// (metadata, peer). It returns a *fault.Error of kind Unauthenticated when the
-// caller cannot be identified.
-type Authenticator interface {
-	Authenticate(ctx context.Context) (*Principal, error)
-}
 
 // AllRoles lists every role, in a stable order.
 func AllRoles() []Role { return []Role{RoleAgent, RoleApprover, RoleOperator} }
@@ -41,25 +23,6 @@ func ParseRole(s string) (Role, error) {
 		return r, nil
 	}
 	return "", fmt.Errorf("unknown role %q (want agent, approver or operator)", s)
-}
-
-// ValidatePrincipalID reports why id cannot name a principal: empty, longer
-// than MaxPrincipalIDLength, or containing a non-printable character.
-func ValidatePrincipalID(id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("principal id is empty")
-	case len(id) > MaxPrincipalIDLength:
-		return fmt.Errorf("principal id is longer than %d bytes", MaxPrincipalIDLength)
-	case !utf8.ValidString(id):
-		return fmt.Errorf("principal id is not valid UTF-8")
-	}
-	for _, r := range id {
-		if !unicode.IsPrint(r) {
-			return fmt.Errorf("principal id contains the non-printable character %U", r)
-		}
-	}
-	return nil
 }
 
 // DevelopmentPrincipal returns the principal a development server grants an
@@ -76,10 +39,11 @@ func DevelopmentPrincipal(id string) *Principal {
 }
 
 // DevAuthenticator identifies callers while authentication is off: a request
-// names its principal in the x-toolsvc-principal metadata (default "dev").
-// A configured principal with that id is used as configured; any other id
-// becomes a DevelopmentPrincipal. It trusts the caller entirely, which is why
-// a server using it listens on loopback only.
+// names its principal in the x-toolsvc-principal metadata (default "dev"),
+// canonicalised (CanonicalPrincipalID). A configured principal with that id
+// is used as configured; any other id becomes a DevelopmentPrincipal. It
+// trusts the caller entirely, which is why a server using it listens on
+// loopback only. Bearer tokens and client certificates are ignored.
 type DevAuthenticator struct {
 	principals map[string]*Principal
 }
@@ -87,14 +51,14 @@ type DevAuthenticator struct {
 var _ Authenticator = (*DevAuthenticator)(nil)
 
 // NewDevAuthenticator returns a DevAuthenticator knowing the given principals.
-// Their ids must be valid and unique.
+// Their ids must be canonical and unique.
 func NewDevAuthenticator(principals []*Principal) (*DevAuthenticator, error) {
 	a := &DevAuthenticator{principals: make(map[string]*Principal, len(principals))}
 	for i, p := range principals {
 		if p == nil {
 			return nil, fmt.Errorf("principal %d is nil", i)
 		}
-		if err := ValidatePrincipalID(p.ID); err != nil {
+		if err := checkCanonical(p.ID); err != nil {
 			return nil, fmt.Errorf("principal %d: %w", i, err)
 		}
 		if _, dup := a.principals[p.ID]; dup {
@@ -106,19 +70,17 @@ func NewDevAuthenticator(principals []*Principal) (*DevAuthenticator, error) {
 }
 
 // Authenticate returns the principal the request names.
-func (a *DevAuthenticator) Authenticate(ctx context.Context) (*Principal, error) {
+func (a *DevAuthenticator) Authenticate(_ context.Context, c Credentials) (*Principal, error) {
 	id := DefaultPrincipalID
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		vals := md.Get(PrincipalHeader)
-		if len(vals) > 1 {
-			return nil, unauthenticated("the %s metadata is given %d times; give it once", PrincipalHeader, len(vals))
+	switch len(c.PrincipalHeader) {
+	case 0:
+	case 1:
+		var err error
+		if id, err = CanonicalPrincipalID(c.PrincipalHeader[0]); err != nil {
+			return nil, refuse(CauseBadPrincipalHeader, "invalid %s metadata: %v", PrincipalHeader, err)
 		}
-		if len(vals) == 1 {
-			id = strings.TrimSpace(vals[0])
-			if err := ValidatePrincipalID(id); err != nil {
-				return nil, unauthenticated("invalid %s metadata: %v", PrincipalHeader, err)
-			}
-		}
+	default:
+		return nil, refuse(CauseBadPrincipalHeader, "the %s metadata is given %d times; give it once", PrincipalHeader, len(c.PrincipalHeader))
 	}
 	if p, ok := a.principals[id]; ok {
 		// Handlers may keep or modify the principal; the configured one stays intact.
@@ -127,8 +89,17 @@ func (a *DevAuthenticator) Authenticate(ctx context.Context) (*Principal, error)
 	return DevelopmentPrincipal(id), nil
 }
 
-func unauthenticated(format string, args ...any) *fault.Error {
-	return fault.NotAuthenticated(fmt.Sprintf(format, args...))
+// checkCanonical refuses an id that is not in its canonical form: whoever
+// built the principal should have canonicalised it.
+func checkCanonical(id string) error {
+	c, err := CanonicalPrincipalID(id)
+	if err != nil {
+		return err
+	}
+	if c != id {
+		return fmt.Errorf("principal id %q is not canonical (want %q)", id, c)
+	}
+	return nil
 }
 
 func clonePrincipal(p *Principal) *Principal {

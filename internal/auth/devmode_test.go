@@ -5,15 +5,14 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc/metadata"
-
 	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
-func incoming(kv ...string) context.Context {
-	return metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...))
+// naming returns credentials naming principals in x-toolsvc-principal.
+func naming(ids ...string) auth.Credentials {
+	return auth.Credentials{PrincipalHeader: ids}
 }
 
 func TestDevAuthenticator(t *testing.T) {
@@ -30,7 +29,7 @@ func TestDevAuthenticator(t *testing.T) {
 	}
 
 	t.Run("no metadata is dev with every role", func(t *testing.T) {
-		p, err := a.Authenticate(context.Background())
+		p, err := a.Authenticate(context.Background(), auth.Credentials{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -40,7 +39,7 @@ func TestDevAuthenticator(t *testing.T) {
 		}
 	})
 	t.Run("named unconfigured principal", func(t *testing.T) {
-		p, err := a.Authenticate(incoming(auth.PrincipalHeader, "  agent-7 "))
+		p, err := a.Authenticate(context.Background(), naming("  agent-7 "))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +48,7 @@ func TestDevAuthenticator(t *testing.T) {
 		}
 	})
 	t.Run("configured principal as configured", func(t *testing.T) {
-		p, err := a.Authenticate(incoming(auth.PrincipalHeader, "alice"))
+		p, err := a.Authenticate(context.Background(), naming("alice"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,18 +58,19 @@ func TestDevAuthenticator(t *testing.T) {
 		}
 		// A caller modifying its copy must not change the configured principal.
 		p.Roles[0] = auth.RoleOperator
-		again, _ := a.Authenticate(incoming(auth.PrincipalHeader, "alice"))
+		again, _ := a.Authenticate(context.Background(), naming("alice"))
 		if again.HasRole(auth.RoleOperator) {
 			t.Fatal("configured principal was modified through a returned copy")
 		}
 	})
 	for name, id := range map[string]string{
 		"empty":         "   ",
+		"uncanonical":   "b\u00f6b",
 		"too long":      strings.Repeat("a", 129),
 		"non-printable": "bob\x01",
 	} {
 		t.Run("invalid "+name, func(t *testing.T) {
-			_, err := a.Authenticate(incoming(auth.PrincipalHeader, id))
+			_, err := a.Authenticate(context.Background(), naming(id))
 			f, ok := fault.As(err)
 			if !ok || f.Kind != fault.Unauthenticated || f.Reason != fault.ReasonUnauthenticated {
 				t.Fatalf("got %v", err)
@@ -78,12 +78,32 @@ func TestDevAuthenticator(t *testing.T) {
 		})
 	}
 	t.Run("128 chars is fine", func(t *testing.T) {
-		if _, err := a.Authenticate(incoming(auth.PrincipalHeader, strings.Repeat("a", 128))); err != nil {
+		if _, err := a.Authenticate(context.Background(), naming(strings.Repeat("a", 128))); err != nil {
 			t.Fatal(err)
 		}
 	})
+	// Spellings of one id are one principal; spellings that cannot be
+	// told apart from it by eye, but are not it, are refused.
+	t.Run("spellings", func(t *testing.T) {
+		for _, s := range []string{"ALICE", " Alice ", "alice\t", "\u212aelvin"} {
+			p, err := a.Authenticate(context.Background(), naming(s))
+			want, _ := auth.CanonicalPrincipalID(s)
+			if err != nil || p.ID != want || want == "" {
+				t.Fatalf("%q: %+v %v", s, p, err)
+			}
+		}
+		if p, _ := a.Authenticate(context.Background(), naming("ALICE")); !p.HasScope("notes:read") || p.HasRole(auth.RoleOperator) {
+			t.Fatalf("ALICE is not the configured alice: %+v", p)
+		}
+		for _, s := range []string{"ali\u0301ce", "\u0430lice", "\uff41lice", "al ice", "alice\u200b"} {
+			_, err := a.Authenticate(context.Background(), naming(s))
+			if f, ok := fault.As(err); !ok || f.Kind != fault.Unauthenticated || f.Metadata[auth.CauseKey] != string(auth.CauseBadPrincipalHeader) {
+				t.Fatalf("%q: %v", s, err)
+			}
+		}
+	})
 	t.Run("twice is refused", func(t *testing.T) {
-		_, err := a.Authenticate(incoming(auth.PrincipalHeader, "a", auth.PrincipalHeader, "b"))
+		_, err := a.Authenticate(context.Background(), naming("a", "b"))
 		if f, ok := fault.As(err); !ok || f.Kind != fault.Unauthenticated {
 			t.Fatalf("got %v", err)
 		}

@@ -1,6 +1,9 @@
-// Package auth owns who is calling: principals, their roles and scopes, and
-// how a request's principal is established (for now, with authentication
-// off, from request metadata).
+// Package auth owns who is calling: principals, their roles and scopes, the
+// canonical form of their ids, and how a request's principal is established
+// from the credentials it presents — bearer tokens and client certificates
+// (Verifier), or with authentication off the principal the request names
+// (DevAuthenticator). It knows nothing of gRPC: the server reads the
+// credentials from the transport and hands them over as plain values.
 package auth
 
 import (

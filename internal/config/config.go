@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,11 +17,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/gate"
 	"github.com/toolsvc/toolsvc/internal/health"
 	"github.com/toolsvc/toolsvc/internal/idempotency"
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/server"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
@@ -28,10 +31,14 @@ import (
 const (
 	DefaultListen          = "127.0.0.1:50051"
 	DefaultShutdownTimeout = 15 * time.Second
+	DefaultShutdownGrace   = server.DefaultShutdownGrace
 	DefaultApprovalTTL     = time.Hour
 	DefaultPreviewTTL      = 10 * time.Minute
 	DefaultLogLevel        = "info"
 	DefaultLogFormat       = "json"
+	DefaultAuditPageBytes  = server.DefaultAuditPageBytes
+	// DefaultAuditRetention keeps the trail for 90 days.
+	DefaultAuditRetention = 90 * 24 * time.Hour
 )
 
 // Config is the whole configuration of the server. Keys are the mapstructure
@@ -54,11 +61,26 @@ type Config struct {
 	// ShutdownTimeout bounds how long in-flight calls may run after a
 	// shutdown signal.
 	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout"`
+	// ShutdownGrace is how long, once ShutdownTimeout has passed and the
+	// calls still running were aborted, their outcomes may take to be
+	// recorded and answered before the connections close.
+	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
+	// Server holds the server's limits and its store probe.
+	Server server.Config `mapstructure:"server"`
+	// Audit configures audit pages and retention.
+	Audit AuditConfig `mapstructure:"audit"`
 	// Auth configures authentication.
 	Auth AuthConfig `mapstructure:"auth"`
-	// Principals are development identities: a request naming one of these
-	// ids in x-toolsvc-principal gets exactly these roles and scopes; any
-	// other id gets every role and scope.
+	// TLS configures TLS and client certificates on the listener.
+	TLS TLSConfig `mapstructure:"tls"`
+	// PrincipalLimits are every principal's limits on each replica (with
+	// authentication on); principals[].limits override them.
+	PrincipalLimits LimitsConfig `mapstructure:"principal_limits"`
+	// Principals are the identities. With authentication on, each has the
+	// credentials that authenticate it (a token hash, certificate names) and
+	// nobody else can call. Off, a request naming one of these ids in
+	// x-toolsvc-principal gets exactly these roles and scopes, and any other
+	// id gets every role and scope.
 	Principals []PrincipalConfig `mapstructure:"principals"`
 	// Approvals configures approvals.
 	Approvals TTLConfig `mapstructure:"approvals"`
@@ -70,16 +92,28 @@ type Config struct {
 	Health health.Config `mapstructure:"health"`
 	// Idempotency configures call leases, retention and the reaper.
 	Idempotency idempotency.Config `mapstructure:"idempotency"`
-	// Metrics configures the Prometheus endpoint.
+	// Secrets configures where connectors' credentials come from.
+	Secrets SecretsConfig `mapstructure:"secrets"`
+	// Metrics configures the operations port (Prometheus metrics, probes).
 	Metrics MetricsConfig `mapstructure:"metrics"`
 }
 
-// MetricsConfig configures the Prometheus endpoint. (Traces and OTLP metrics
+// MetricsConfig configures the operations port. (Traces and OTLP metrics
 // are configured by the standard OTEL_* environment variables.)
 type MetricsConfig struct {
-	// Listen is the host:port serving GET /metrics; empty means none. It
-	// serves metrics only (no API), so it may listen beyond loopback.
+	// Listen is the host:port serving GET /metrics and grpc.health.v1 for
+	// probes; empty means none. It serves no API, so it may listen beyond
+	// loopback.
 	Listen string `mapstructure:"listen"`
+}
+
+// SecretsConfig configures the secrets store. The environment
+// (TOOLSVC_SECRET_<CONNECTOR>_<KEY>) is always looked in; a directory, if
+// set, is looked in first.
+type SecretsConfig struct {
+	// Dir is a directory of secret files, DIR/<connector>/<key>, as
+	// Kubernetes mounts a Secret (mount each connector's at DIR/<id>).
+	Dir string `mapstructure:"dir"`
 }
 
 // LogConfig configures logging.
@@ -90,10 +124,18 @@ type LogConfig struct {
 	Format string `mapstructure:"format"`
 }
 
-// AuthConfig configures authentication.
-type AuthConfig struct {
-	// Enabled must be false until token and mTLS authentication are built.
-	Enabled bool `mapstructure:"enabled"`
+// AuditConfig configures the audit trail.
+type AuditConfig struct {
+	// PageBytes bounds the encoded events of one ListAuditEvents page (a
+	// page holds at least one event).
+	PageBytes int `mapstructure:"page_bytes"`
+	// Retention is how long events are kept; the reaper deletes older ones.
+	// 0 keeps them forever.
+	Retention time.Duration `mapstructure:"retention"`
+	// DetailMaxBytes bounds the encoded detail of each event of a call
+	// (arguments, results and messages ride in it); a larger detail is
+	// truncated with a marker (audit.EncodeDetail).
+	DetailMaxBytes int `mapstructure:"detail_max_bytes"`
 }
 
 // TTLConfig is a section with a time to live.
@@ -101,8 +143,9 @@ type TTLConfig struct {
 	TTL time.Duration `mapstructure:"ttl"`
 }
 
-// PrincipalConfig declares a development identity.
+// PrincipalConfig declares an identity.
 type PrincipalConfig struct {
+	// ID is the principal's id; it is canonicalised (auth.CanonicalPrincipalID).
 	ID     string   `mapstructure:"id"`
 	Roles  []string `mapstructure:"roles"`
 	Scopes []string `mapstructure:"scopes"`
@@ -110,6 +153,14 @@ type PrincipalConfig struct {
 	MaxAutonomy string `mapstructure:"max_autonomy"`
 	// DefaultAutonomy defaults to SUPERVISED, capped by MaxAutonomy.
 	DefaultAutonomy string `mapstructure:"default_autonomy"`
+	// TokenSHA256 is the SHA-256, in hex, of the bearer token that
+	// authenticates the principal (`toolsvc token new` prints both).
+	TokenSHA256 string `mapstructure:"token_sha256"`
+	// CertificateSANs are URI (with a ":") or DNS subject alternative names
+	// of client certificates that authenticate the principal.
+	CertificateSANs []string `mapstructure:"certificate_sans"`
+	// Limits override principal_limits for this principal.
+	Limits *PrincipalLimitsConfig `mapstructure:"limits"`
 }
 
 // Default returns the configuration with every default applied.
@@ -118,6 +169,12 @@ func Default() *Config {
 		Listen:          DefaultListen,
 		Log:             LogConfig{Level: DefaultLogLevel, Format: DefaultLogFormat},
 		ShutdownTimeout: DefaultShutdownTimeout,
+		ShutdownGrace:   DefaultShutdownGrace,
+		Server:          server.DefaultConfig(),
+		Audit: AuditConfig{PageBytes: DefaultAuditPageBytes, Retention: DefaultAuditRetention,
+			DetailMaxBytes: audit.DefaultDetailMaxBytes},
+		Auth:            defaultAuth(),
+		PrincipalLimits: defaultLimits(),
 		Approvals:       TTLConfig{TTL: DefaultApprovalTTL},
 		Previews:        TTLConfig{TTL: DefaultPreviewTTL},
 		Gate:            gate.DefaultConfig(),
@@ -232,10 +289,13 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		p.add("shutdown_timeout", "must be positive, not %s", c.ShutdownTimeout)
 	}
-	if c.Auth.Enabled {
-		p.add("auth.enabled", "authentication is not built yet; leave it false (the server then accepts connections on loopback only)")
+	if c.ShutdownGrace <= 0 {
+		p.add("shutdown_grace", "must be positive, not %s", c.ShutdownGrace)
 	}
+	p.addErr("server", c.Server.Validate())
+	c.validateAudit(&p)
 	c.validatePrincipals(&p)
+	c.validateAccess(&p)
 	switch {
 	case c.Approvals.TTL <= 0:
 		p.add("approvals.ttl", "must be positive, not %s", c.Approvals.TTL)
@@ -249,6 +309,13 @@ func (c *Config) Validate() error {
 	// configuration error reported with the rest.
 	if _, err := gate.New(c.Gate); err != nil {
 		p.addErr("gate", err)
+	}
+	if c.Secrets.Dir != "" {
+		if st, err := os.Stat(c.Secrets.Dir); err != nil {
+			p.add("secrets.dir", "%v", err)
+		} else if !st.IsDir() {
+			p.add("secrets.dir", "%s is not a directory", c.Secrets.Dir)
+		}
 	}
 	p.addErr("health", c.Health.Validate())
 	p.addErr("idempotency", c.Idempotency.Validate())
@@ -265,8 +332,27 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// auditPageReserve is what a ListAuditEvents response needs besides its
+// events (framing, the page token).
+const auditPageReserve = 64 << 10
+
+func (c *Config) validateAudit(p *problems) {
+	switch maxPage := c.Server.MaxSendMessageBytes - auditPageReserve; {
+	case c.Audit.PageBytes < 16<<10:
+		p.add("audit.page_bytes", "must be at least 16384 (16 KiB), not %d", c.Audit.PageBytes)
+	case c.Audit.PageBytes > maxPage:
+		p.add("audit.page_bytes", "must be at most server.max_send_message_bytes less 64 KiB (%d), not %d", maxPage, c.Audit.PageBytes)
+	}
+	if c.Audit.Retention < 0 {
+		p.add("audit.retention", "must not be negative (0 keeps events forever), not %s", c.Audit.Retention)
+	}
+	if n := c.Audit.DetailMaxBytes; n < audit.MinDetailMaxBytes || n > audit.MaxDetailMaxBytes {
+		p.add("audit.detail_max_bytes", "must be between %d and %d bytes, not %d", audit.MinDetailMaxBytes, audit.MaxDetailMaxBytes, n)
+	}
+}
+
 func (c *Config) validateListen(p *problems) {
-	host, port, err := net.SplitHostPort(c.Listen)
+	host, port, err := splitListen(c.Listen)
 	if err != nil {
 		p.add("listen", "want host:port (e.g. %s), got %q", DefaultListen, c.Listen)
 		return
@@ -274,11 +360,13 @@ func (c *Config) validateListen(p *problems) {
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		p.add("listen", "port must be a number from 0 to 65535, got %q", port)
 	}
-	// Until authentication is built this holds whatever auth.enabled says
-	// (enabling it is refused on its own).
-	if !loopback(host) {
+	if !c.Auth.Enabled && !loopback(host) {
 		p.add("listen", "%q is not a loopback address: authentication is off (see auth.enabled), so toolsvc only listens on loopback (127.0.0.1, ::1 or localhost); anyone who can connect may act as any principal", c.Listen)
 	}
+}
+
+func splitListen(listen string) (host, port string, err error) {
+	return net.SplitHostPort(listen)
 }
 
 // loopback reports whether host only ever means this machine. An empty host
@@ -295,12 +383,12 @@ func (c *Config) validatePrincipals(p *problems) {
 	seen := map[string]int{}
 	for i, pc := range c.Principals {
 		key := fmt.Sprintf("principals[%d]", i)
-		if err := auth.ValidatePrincipalID(pc.ID); err != nil {
+		if id, err := auth.CanonicalPrincipalID(pc.ID); err != nil {
 			p.add(key+".id", "%v", err)
-		} else if j, dup := seen[pc.ID]; dup {
-			p.add(key+".id", "%q is also principals[%d]", pc.ID, j)
+		} else if j, dup := seen[id]; dup {
+			p.add(key+".id", "%q is also principals[%d] (ids are compared as %q: trimmed, NFC, lowercase)", pc.ID, j, id)
 		} else {
-			seen[pc.ID] = i
+			seen[id] = i
 		}
 		if len(pc.Roles) == 0 {
 			p.add(key+".roles", "at least one role is required (agent, approver, operator)")
@@ -338,12 +426,16 @@ func parseAutonomy(s string, def toolkit.AutonomyLevel) (toolkit.AutonomyLevel, 
 	return toolkit.ParseAutonomyLevel(s)
 }
 
-// DevPrincipals returns the configured development principals. Call it on a
-// validated configuration.
+// DevPrincipals returns the configured principals (without their
+// credentials), their ids canonical. Call it on a validated configuration.
 func (c *Config) DevPrincipals() ([]*auth.Principal, error) {
 	out := make([]*auth.Principal, 0, len(c.Principals))
 	for i, pc := range c.Principals {
-		pr := &auth.Principal{ID: pc.ID, Scopes: slices.Clone(pc.Scopes)}
+		id, err := auth.CanonicalPrincipalID(pc.ID)
+		if err != nil {
+			return nil, fmt.Errorf("principals[%d].id: %w", i, err)
+		}
+		pr := &auth.Principal{ID: id, Scopes: slices.Clone(pc.Scopes)}
 		for _, r := range pc.Roles {
 			role, err := auth.ParseRole(r)
 			if err != nil {
@@ -353,7 +445,6 @@ func (c *Config) DevPrincipals() ([]*auth.Principal, error) {
 				pr.Roles = append(pr.Roles, role)
 			}
 		}
-		var err error
 		if pr.MaxAutonomy, err = parseAutonomy(pc.MaxAutonomy, toolkit.AutonomyAutonomous); err != nil {
 			return nil, fmt.Errorf("principals[%d].max_autonomy: %w", i, err)
 		}

@@ -178,11 +178,11 @@ func TestPrecedence(t *testing.T) {
 	if !cfg.DemoToolsEnabled() || cfg.ShutdownTimeout != 4*time.Second {
 		t.Fatalf("unset flags overrode the file: %+v", cfg)
 	}
-	cfg, err = config.Load(config.Sources{Flags: newFlags("--demo-tools=false", "--database-url", "postgres://x@127.0.0.1/db")})
+	cfg, err = config.Load(config.Sources{Flags: newFlags("--demo-tools=false", "--database-url", "postgres://x@127.0.0.1/db", "--shutdown-grace", "9s")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.DemoToolsEnabled() || cfg.DatabaseURL != "postgres://x@127.0.0.1/db" {
+	if cfg.DemoToolsEnabled() || cfg.DatabaseURL != "postgres://x@127.0.0.1/db" || cfg.ShutdownGrace != 9*time.Second {
 		t.Fatalf("flags ignored: %+v", cfg)
 	}
 }
@@ -190,7 +190,7 @@ func TestPrecedence(t *testing.T) {
 func TestFileWithManyErrorsReportsAll(t *testing.T) {
 	tools := writeFile(t, "tools.yaml", "tools:\n  - name: Bad Name\n    description: x\n")
 	file := writeFile(t, "bad.yaml", `
-listen: 0.0.0.0:50051
+listen: 0.0.0.0:99999
 migrate: true
 tools_file: `+tools+`
 log:
@@ -199,6 +199,8 @@ log:
 shutdown_timeout: 15
 auth:
   enabled: true
+tls:
+  cert_file: server.pem
 frobnicate: 1
 principals:
   - id: alice
@@ -226,14 +228,15 @@ idempotency:
 `)
 	_, err := config.Load(config.Sources{File: file})
 	ps := problemsOf(t, err)
-	requireProblem(t, ps, "listen", "loopback", "authentication is off")
+	requireProblem(t, ps, "listen", "port", "99999")
 	requireProblem(t, ps, "migrate", "database_url")
 	requireProblem(t, ps, "tools_file")
 	requireProblem(t, ps, "log.level", "loud")
 	requireProblem(t, ps, "log.colour", "unknown key")
 	requireProblem(t, ps, "frobnicate", "unknown key")
 	requireProblem(t, ps, "shutdown_timeout", "unit")
-	requireProblem(t, ps, "auth.enabled", "not built yet")
+	requireProblem(t, ps, "principals[0]", "no credential", "token_sha256", "certificate_sans")
+	requireProblem(t, ps, "tls.key_file", "required with tls.cert_file")
 	requireProblem(t, ps, "principals[0].roles[1]", "admin")
 	requireProblem(t, ps, "principals[0].default_autonomy", "above max_autonomy")
 	requireProblem(t, ps, "principals[1].id", "principals[0]")
@@ -345,11 +348,103 @@ func TestExampleConfiguration(t *testing.T) {
 	if len(cfg.Principals) != 3 || len(cfg.Gate.Adjusters) != 2 || cfg.ToolsFile != "deploy/tools.example.yaml" {
 		t.Fatalf("example loaded as %+v", cfg)
 	}
+	// It spells out every limit, at its default.
+	d := config.Default()
+	if cfg.Server != d.Server || cfg.Audit != d.Audit || cfg.ShutdownGrace != d.ShutdownGrace {
+		t.Fatalf("example limits %+v %+v %s, want the defaults %+v %+v %s", cfg.Server, cfg.Audit, cfg.ShutdownGrace, d.Server, d.Audit, d.ShutdownGrace)
+	}
 	ps, err := cfg.DevPrincipals()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ps[0].ID != "agent-1" || ps[0].MaxAutonomy != toolkit.AutonomySupervised || ps[0].DefaultAutonomy != toolkit.AutonomyAssisted {
 		t.Fatalf("agent-1: %+v", ps[0])
+	}
+}
+
+// The limits are keys like any other: defaults a production user would
+// pick, set from the file or the environment, validated together.
+func TestLimits(t *testing.T) {
+	d := config.Default()
+	if d.Server.MaxRecvMessageBytes != 4<<20 || d.Server.MaxSendMessageBytes != 4<<20 ||
+		d.Server.MaxConcurrentStreams != 250 || d.Server.MaxWatchStreams != 1000 ||
+		d.Server.MaxWatchStreamsPerPrincipal != 16 || d.Server.StoreProbeInterval != time.Second ||
+		d.Server.Keepalive.Time != time.Minute || d.Server.Keepalive.MinTime != 10*time.Second ||
+		!d.Server.Keepalive.PermitWithoutStream || d.ShutdownGrace != 5*time.Second ||
+		d.Audit.PageBytes != 1<<20 || d.Audit.Retention != 90*24*time.Hour {
+		t.Fatalf("defaults %+v %+v %s", d.Server, d.Audit, d.ShutdownGrace)
+	}
+	cfg, err := config.Load(config.Sources{Env: envOf(map[string]string{
+		"TOOLSVC_SERVER_MAX_RECV_MESSAGE_BYTES":          "1048576",
+		"TOOLSVC_SERVER_MAX_WATCH_STREAMS_PER_PRINCIPAL": "4",
+		"TOOLSVC_SERVER_STORE_PROBE_INTERVAL":            "250ms",
+		"TOOLSVC_SERVER_KEEPALIVE_TIME":                  "30s",
+		"TOOLSVC_SERVER_KEEPALIVE_PERMIT_WITHOUT_STREAM": "false",
+		"TOOLSVC_SHUTDOWN_GRACE":                         "8s",
+		"TOOLSVC_AUDIT_RETENTION":                        "0s",
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Server.MaxRecvMessageBytes != 1<<20 || cfg.Server.MaxWatchStreamsPerPrincipal != 4 ||
+		cfg.Server.StoreProbeInterval != 250*time.Millisecond || cfg.Server.Keepalive.Time != 30*time.Second ||
+		cfg.Server.Keepalive.PermitWithoutStream || cfg.ShutdownGrace != 8*time.Second || cfg.Audit.Retention != 0 {
+		t.Fatalf("environment not applied: %+v %+v %s", cfg.Server, cfg.Audit, cfg.ShutdownGrace)
+	}
+
+	file := writeFile(t, "c.yaml", `
+shutdown_grace: 0s
+server:
+  max_send_message_bytes: 131072
+  max_watch_streams: 2
+  max_watch_streams_per_principal: 3
+  keepalive:
+    timeout: 0s
+audit:
+  page_bytes: 1048576
+  retention: -1h
+`)
+	_, err = config.Load(config.Sources{File: file})
+	ps := problemsOf(t, err)
+	requireProblem(t, ps, "shutdown_grace", "positive")
+	requireProblem(t, ps, "server.max_watch_streams_per_principal", "at most max_watch_streams")
+	requireProblem(t, ps, "server.keepalive.timeout", "at least 1s")
+	requireProblem(t, ps, "audit.page_bytes", "server.max_send_message_bytes")
+	requireProblem(t, ps, "audit.retention", "negative")
+}
+
+func TestAuditDetailMaxBytes(t *testing.T) {
+	cfg, err := config.Load(config.Sources{Env: envOf(map[string]string{"TOOLSVC_AUDIT_DETAIL_MAX_BYTES": "4096"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Audit.DetailMaxBytes != 4096 {
+		t.Fatalf("audit.detail_max_bytes = %d, want 4096", cfg.Audit.DetailMaxBytes)
+	}
+	if config.Default().Audit.DetailMaxBytes != 16<<10 {
+		t.Fatalf("default audit.detail_max_bytes = %d, want 16 KiB", config.Default().Audit.DetailMaxBytes)
+	}
+	_, err = config.Load(config.Sources{File: writeFile(t, "c.yaml", "audit:\n  detail_max_bytes: 100\n")})
+	requireProblem(t, problemsOf(t, err), "audit.detail_max_bytes", "between 1024 and 1048576")
+}
+
+func TestSecretsDir(t *testing.T) {
+	dir := t.TempDir()
+	// The environment sets the directory; a connector's secret in the
+	// environment (TOOLSVC_SECRET_...) is not a configuration key.
+	cfg, err := config.Load(config.Sources{Env: envOf(map[string]string{
+		"TOOLSVC_SECRETS_DIR":            dir,
+		"TOOLSVC_SECRET_BILLING_API_KEY": "not configuration",
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Secrets.Dir != dir {
+		t.Fatalf("secrets.dir = %q", cfg.Secrets.Dir)
+	}
+	file := writeFile(t, "x", "")
+	for _, bad := range []string{filepath.Join(dir, "absent"), file} {
+		_, err = config.Load(config.Sources{Env: envOf(map[string]string{"TOOLSVC_SECRETS_DIR": bad})})
+		requireProblem(t, problemsOf(t, err), "secrets.dir")
 	}
 }

@@ -28,6 +28,7 @@ const (
 	FlagLogLevel        = "log-level"
 	FlagLogFormat       = "log-format"
 	FlagShutdownTimeout = "shutdown-timeout"
+	FlagShutdownGrace   = "shutdown-grace"
 	FlagMetricsListen   = "metrics-listen"
 )
 
@@ -41,6 +42,7 @@ var flagKeys = map[string]string{
 	FlagLogLevel:        "log.level",
 	FlagLogFormat:       "log.format",
 	FlagShutdownTimeout: "shutdown_timeout",
+	FlagShutdownGrace:   "shutdown_grace",
 	FlagMetricsListen:   "metrics.listen",
 }
 
@@ -58,7 +60,8 @@ func RegisterFlags(fs *pflag.FlagSet) {
 	fs.String(FlagLogLevel, d.Log.Level, "log level: debug, info, warn or error")
 	fs.String(FlagLogFormat, d.Log.Format, "log format: json or text")
 	fs.Duration(FlagShutdownTimeout, d.ShutdownTimeout, "how long in-flight calls may finish after SIGINT/SIGTERM")
-	fs.String(FlagMetricsListen, "", "serve Prometheus metrics on GET /metrics at this host:port (off when empty)")
+	fs.Duration(FlagShutdownGrace, d.ShutdownGrace, "after the shutdown timeout, how long the answers of aborted calls have to reach their callers")
+	fs.String(FlagMetricsListen, "", "operations port: Prometheus GET /metrics and grpc.health.v1 for probes, at this host:port (off when empty)")
 }
 
 // DatabaseURLFlag defines only --database-url on fs (for commands that need

@@ -204,9 +204,14 @@ func TestApprovals(t *testing.T) {
 			if r := wantError(t, err, codes.InvalidArgument, "INVALID_REQUEST"); !slices.Equal(r.fields(), []string{"decision"}) {
 				t.Fatalf("fields %v", r.fields())
 			}
-			// Only approvers may look.
-			_, err = e.approvals.ListApprovals(apptest.As(ctx, "agent-only"), &toolsvcv1.ListApprovalsRequest{})
-			wantError(t, err, codes.PermissionDenied, "ROLE_REQUIRED")
+			// An agent sees only the approvals of its own calls (it has
+			// none), and only approvers resolve.
+			own, err := e.approvals.ListApprovals(apptest.As(ctx, "agent-only"), &toolsvcv1.ListApprovalsRequest{})
+			if err != nil || len(own.Approvals) != 0 {
+				t.Fatalf("agent-only listed %v, %v; want none", own.GetApprovals(), err)
+			}
+			_, err = e.approvals.GetApproval(apptest.As(ctx, "agent-only"), &toolsvcv1.GetApprovalRequest{ApprovalId: ids[2]})
+			wantError(t, err, codes.NotFound, "APPROVAL_NOT_FOUND")
 			_, err = e.resolve(ctx, "agent-only", ids[2], approve, "")
 			wantError(t, err, codes.PermissionDenied, "ROLE_REQUIRED")
 			if a := e.storedApproval(t, ctx, ids[2]); a.State != store.ApprovalPending {

@@ -360,8 +360,14 @@ func TestAuditEvents(t *testing.T) {
 				t.Fatalf("fields %v, want %s", r.fields(), row.field)
 			}
 		}
-		_, err = e.audit.ListAuditEvents(apptest.As(ctx, "agent-only"), &toolsvcv1.ListAuditEventsRequest{})
-		wantError(t, err, codes.PermissionDenied, "ROLE_REQUIRED")
+		// A principal that is not an operator reads its own events only:
+		// agent-only has none, and asking for another's finds none.
+		for _, req := range []*toolsvcv1.ListAuditEventsRequest{{}, {Principal: "audited-2"}} {
+			resp, err := e.audit.ListAuditEvents(apptest.As(ctx, "agent-only"), req)
+			if err != nil || len(resp.Events) != 0 {
+				t.Fatalf("agent-only read %v, %v; want no events", resp.GetEvents(), err)
+			}
+		}
 	})
 }
 
@@ -517,5 +523,77 @@ func TestToolHealth(t *testing.T) {
 		}
 		probe := e.events(t, ctx, store.AuditFilter{Principal: p, Types: []string{"tool_call.attempted"}})
 		wantDetail(t, probe[len(probe)-1], "probe", "true")
+	})
+}
+
+// TestToolHealthLastErrorForOperators: last_error holds a tool error from
+// another principal's call; only operators read it. Agents (also those that
+// approve) get the record without it, from Get, List and Watch alike.
+func TestToolHealthLastErrorForOperators(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		e := newEnv(t, backend, func(c *config.Config) {
+			restricted(c)
+			c.Principals = append(c.Principals,
+				config.PrincipalConfig{ID: "agent-approver", Roles: []string{"agent", "approver"}, Scopes: []string{"*"}})
+		})
+		ctx := testCtx(t)
+		const secret = "customer 4711 at 221B Baker Street"
+		e.mustCall(t, ctx, "someone-else", req(t, "flaky", "run", map[string]any{"mode": "error", "note": secret}, ""), failed)
+
+		full := func(h *toolsvcv1.ToolHealth) {
+			t.Helper()
+			if !strings.Contains(h.LastError, secret) || h.LastErrorTime == nil || h.ConsecutiveErrors != 1 {
+				t.Fatalf("operator's view %v", h)
+			}
+		}
+		withheld := func(h *toolsvcv1.ToolHealth) {
+			t.Helper()
+			if h.LastError != "" || h.LastErrorTime == nil || h.ConsecutiveErrors != 1 || h.Tool != "flaky" ||
+				h.Status != toolsvcv1.HealthStatus_HEALTH_STATUS_HEALTHY {
+				t.Fatalf("non-operator's view %v", h)
+			}
+		}
+		get := func(principal string) *toolsvcv1.ToolHealth {
+			t.Helper()
+			resp, err := e.health.GetToolHealth(apptest.As(ctx, principal), &toolsvcv1.GetToolHealthRequest{Tool: "flaky"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.Health
+		}
+		list := func(principal string) *toolsvcv1.ToolHealth {
+			t.Helper()
+			resp, err := e.health.ListToolHealth(apptest.As(ctx, principal), &toolsvcv1.ListToolHealthRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, h := range resp.Health {
+				if h.Tool == "flaky" {
+					return h
+				}
+			}
+			t.Fatalf("flaky not listed for %s", principal)
+			return nil
+		}
+		watch := func(principal string) *toolsvcv1.ToolHealth {
+			t.Helper()
+			wctx, cancel := context.WithCancel(apptest.As(ctx, principal))
+			defer cancel()
+			stream, err := e.health.WatchToolHealth(wctx, &toolsvcv1.WatchToolHealthRequest{Tools: []string{"flaky"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := stream.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m.Health
+		}
+		for _, view := range []func(string) *toolsvcv1.ToolHealth{get, list, watch} {
+			full(view("oncall"))
+			full(view("dev")) // a development principal holds every role, operator included
+			withheld(view("agent-only"))
+			withheld(view("agent-approver"))
+		}
 	})
 }

@@ -490,16 +490,15 @@ func (e *env) wantCallEvents(t *testing.T, ctx context.Context, callID string, w
 func dump(evs []*store.AuditEvent) string {
 	var b strings.Builder
 	for _, ev := range evs {
-		d, _ := json.Marshal(ev.Detail)
 		fmt.Fprintf(&b, "  %d %s call=%s principal=%s tool=%s.%s outcome=%s decision=%s %s\n",
-			ev.Seq, ev.Type, ev.CallID, ev.Principal, ev.Tool, ev.Action, ev.Outcome, ev.Decision, d)
+			ev.Seq, ev.Type, ev.CallID, ev.Principal, ev.Tool, ev.Action, ev.Outcome, ev.Decision, ev.Detail)
 	}
 	return b.String()
 }
 
 // detail returns an event's detail value at key as a string ("" if absent).
 func detail(ev *store.AuditEvent, key string) string {
-	v, ok := ev.Detail[key]
+	v, ok := ev.DetailMap()[key]
 	if !ok || v == nil {
 		return ""
 	}
@@ -514,7 +513,7 @@ func detail(ev *store.AuditEvent, key string) string {
 func wantDetail(t *testing.T, ev *store.AuditEvent, key, want string) {
 	t.Helper()
 	if got := detail(ev, key); got != want {
-		t.Fatalf("%s detail[%s] = %q, want %q (detail %v)", ev.Type, key, got, want, ev.Detail)
+		t.Fatalf("%s detail[%s] = %q, want %q (detail %s)", ev.Type, key, got, want, ev.Detail)
 	}
 }
 

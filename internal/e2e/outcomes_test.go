@@ -54,7 +54,7 @@ func TestOutcomeTable(t *testing.T) {
 			}
 			for _, ev := range all[before:] {
 				if ev.Type != audit.ToolCallRejected || ev.Principal != "" || ev.Tool != "spare" || ev.Action != "act" ||
-					ev.Detail["reason"] != "UNAUTHENTICATED" {
+					ev.DetailMap()["reason"] != "UNAUTHENTICATED" {
 					t.Fatalf("refusal event %+v", ev)
 				}
 			}
@@ -68,7 +68,7 @@ func TestOutcomeTable(t *testing.T) {
 			}
 			e.wantNoCall(t, ctx, "approver-only", "k-role")
 			evs := e.wantEvents(t, ctx, "approver-only", audit.ToolCallRejected)
-			if evs[0].Tool != "spare" || evs[0].Action != "act" || evs[0].Detail["reason"] != "ROLE_REQUIRED" {
+			if evs[0].Tool != "spare" || evs[0].Action != "act" || evs[0].DetailMap()["reason"] != "ROLE_REQUIRED" {
 				t.Fatalf("refusal event %+v", evs[0])
 			}
 			if n := spare.runs.Load(); n != 0 {
@@ -420,7 +420,7 @@ func TestOutcomeTable(t *testing.T) {
 				{"error", "the tool failed: flaky: tool error as requested", true},
 				{"panic", "the tool failed: it panicked", true},
 				// flaky's timeout is 2s; hang waits for the deadline.
-				{"hang", "the tool did not finish before its deadline (2s after it started)", true},
+				{"hang", "the tool did not finish within its timeout (2s)", true},
 			} {
 				t.Run(row.mode, func(t *testing.T) {
 					p := "failing-agent-" + row.mode

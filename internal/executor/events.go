@@ -9,17 +9,18 @@ import (
 	"github.com/toolsvc/toolsvc/internal/store"
 )
 
-// event builds an audit event carrying the call's fields.
+// event builds an audit event carrying the call's fields, its detail
+// encoded and bounded to the configured size (audit.NewBounded).
 func (e *Executor) event(c *call, typ string, o store.Outcome, detail map[string]any) store.AuditEvent {
 	principal := ""
 	if c.principal != nil {
 		principal = c.principal.ID
 	}
-	return audit.New(typ, store.AuditEvent{
+	return audit.NewBounded(typ, store.AuditEvent{
 		Time: e.now(), CallID: c.callID, TraceID: c.req.TraceID, TaskID: c.req.TaskID, StepID: c.req.StepID,
 		Principal: principal, Tool: c.req.Tool, Action: c.req.Action,
-		Risk: c.risk, Decision: c.decision, Outcome: o, Detail: detail,
-	})
+		Risk: c.risk, Decision: c.decision, Outcome: o,
+	}, detail, e.opts.AuditDetailMaxBytes)
 }
 
 // withArgs adds the call's arguments to an event's detail when the tool

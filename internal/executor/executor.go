@@ -33,6 +33,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/idempotency"
 	"github.com/toolsvc/toolsvc/internal/policy"
 	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
@@ -59,6 +60,10 @@ type Options struct {
 	// Observer, if set, is told about every call and tool execution
 	// (telemetry); nil costs nothing.
 	Observer Observer
+
+	// AuditDetailMaxBytes bounds the detail of each event of a call.
+	// Default audit.DefaultDetailMaxBytes.
+	AuditDetailMaxBytes int
 }
 
 // Executor runs tool calls.
@@ -114,6 +119,9 @@ func New(o Options) (*Executor, error) {
 	}
 	if o.OverrunGrace <= 0 {
 		o.OverrunGrace = 2 * time.Second
+	}
+	if o.AuditDetailMaxBytes <= 0 {
+		o.AuditDetailMaxBytes = audit.DefaultDetailMaxBytes
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -226,6 +234,9 @@ type call struct {
 	preview  *store.Preview
 	// rounds counts re-reads of a record that moved under this request.
 	rounds int
+	// callerDeadline: the tool's deadline is the caller's, nearer than the
+	// tool's own timeout.
+	callerDeadline bool
 }
 
 // Execute runs one call through the pipeline. Decisions the agent must act
@@ -269,6 +280,7 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 
 	// 4. Idempotency lookup, before the gate so a retry of a completed or
 	// parked call never meets the gate twice.
+	fresh := true
 	if c.keyGiven {
 		existing, err := e.st.GetCallByKey(ctx, p.ID, c.key)
 		switch {
@@ -276,11 +288,17 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 		case err != nil:
 			return nil, e.storeErr(ctx, c, err)
 		default:
+			fresh = false
 			resp, goOn, err := e.resume(ctx, c, existing)
 			if !goOn {
 				return resp, err
 			}
 		}
+	}
+	// A new key has no approval: any approval_id is another call's (resume
+	// checks the others).
+	if fresh && c.req.ApprovalID != "" {
+		return nil, e.reject(ctx, c, fault.ForeignApproval(c.req.ApprovalID, "", c.key))
 	}
 	// Health refusals (DESIGN §2 step 2) apply to calls that will reach the
 	// tool. They are checked after the idempotency lookup, not before: a
@@ -378,8 +396,28 @@ func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
 	}
 
 	switch {
+	case c.approval != nil && c.risk > c.approval.Risk:
+		// Risk rose above what was approved (an adjuster saw something new):
+		// the approval does not cover it. Give it up, with its event, and
+		// park the key behind a new approval at the present risk.
+		old := c.approval
+		wctx, cancel := detached(ctx)
+		_, err := e.st.ReleaseParkedCall(wctx, store.ReleaseParkedCallParams{
+			CallID: c.parked.ID, From: store.CallAwaitingApproval, ApprovalState: store.ApprovalInvalidated,
+			Now: now, ExpiresAt: now.Add(e.idem.Retention),
+			Events: []store.AuditEvent{e.event(c, audit.ApprovalInvalidated, "", withAdjusters(c, map[string]any{
+				"approval_id": old.ID, "reason": "risk_rose", "approved_risk": old.Risk.String(), "risk": c.risk.String(),
+			}))},
+		})
+		cancel()
+		if err != nil && !errors.Is(err, store.ErrConflict) {
+			return nil, e.storeErr(ctx, c, err)
+		}
+		c.approval, c.parked = nil, nil
+		return e.parkForApproval(ctx, c, "replaces_approval_id", old.ID, "approved_risk", old.Risk.String())
 	case c.approval != nil:
-		// An approved approval covers whatever the gate asks short of DENY.
+		// An approved approval covers whatever the gate asks short of DENY,
+		// at the risk it was given for or below.
 		return e.run(ctx, c)
 	case c.preview != nil && c.decision != store.DecisionConfirm:
 		return e.run(ctx, c)
@@ -438,8 +476,9 @@ func (e *Executor) checkEnvelope(ctx context.Context, c *call) error {
 		v.Add("context.autonomy_level", "unknown autonomy level")
 	}
 	for i, s := range r.Scopes {
-		if s == "" || strings.ContainsAny(s, " \t\r\n") || len(s) > 256 {
-			v.Add(fmt.Sprintf("context.scopes[%d]", i), "must be a non-empty scope without whitespace")
+		field := fmt.Sprintf("context.scopes[%d]", i)
+		if v.CheckText(field, s) && (s == "" || strings.ContainsAny(s, " \t\r\n") || len(s) > 256) {
+			v.Add(field, "must be a non-empty scope without whitespace")
 		}
 	}
 	raw := r.Arguments
@@ -532,12 +571,9 @@ func printable(s string) bool {
 	return true
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
-}
+// truncate bounds text a caller sent for an audit event, on a character
+// boundary.
+func truncate(s string, n int) string { return safetext.Bound(s, n) }
 
 // newID returns a UUIDv7 (sortable by creation time).
 func newID() string {

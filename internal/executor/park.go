@@ -31,6 +31,7 @@ func (e *Executor) parkForApproval(ctx context.Context, c *call, extra ...any) (
 		ToolVersion: c.tool.Version, Arguments: c.args, Fingerprint: c.fingerprint, IdempotencyKey: c.key,
 		Risk: c.risk, TraceID: c.req.TraceID, TaskID: c.req.TaskID, StepID: c.req.StepID,
 		State: store.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(ttl),
+		ToolIncarnation: c.tool.Incarnation,
 	}
 	rec := e.newRecord(c, store.CallAwaitingApproval, now)
 	rec.ApprovalID = ap.ID
@@ -61,7 +62,7 @@ func (e *Executor) parkForPreview(ctx context.Context, c *call) (*Response, erro
 	pr, err := e.runPreview(ctx, c)
 	var value json.RawMessage
 	if err == nil && pr.Value != nil {
-		value, err = json.Marshal(pr.Value)
+		value, err = jsonValue(pr.Value)
 		if err != nil {
 			err = fmt.Errorf("preview value is not JSON: %w", err)
 		}
@@ -76,8 +77,9 @@ func (e *Executor) parkForPreview(ctx context.Context, c *call) (*Response, erro
 	pv := &store.Preview{
 		Token: newToken(), CallID: c.callID, PrincipalID: c.principal.ID, IdempotencyKey: c.key,
 		Fingerprint: c.fingerprint, Tool: c.tool.Name, Action: c.action.Name, ToolVersion: c.tool.Version,
-		Message: pr.Message, Value: value, State: store.PreviewPending,
+		Message: toolText(pr.Message), Value: value, State: store.PreviewPending,
 		CreatedAt: now, ExpiresAt: now.Add(e.opts.PreviewTTL),
+		ToolIncarnation: c.tool.Incarnation,
 	}
 	rec := e.newRecord(c, store.CallAwaitingPreview, now)
 	rec.PreviewToken = pv.Token
@@ -147,8 +149,7 @@ func (e *Executor) newRecord(c *call, state store.CallState, now time.Time) *sto
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(e.idem.Retention),
 	}
 	if state == store.CallInProgress {
-		rec.AttemptCount = 1
-		rec.LeaseExpiresAt = now.Add(e.idem.Lease)
+		rec.AttemptCount = 1 // the store sets the lease (ClaimCallParams.Lease)
 	}
 	return rec
 }

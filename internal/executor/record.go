@@ -7,6 +7,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
@@ -127,7 +128,7 @@ func fallback(p store.FinishCallParams, o finished) (store.FinishCallParams, fin
 	p.History = nil
 	events := make([]store.AuditEvent, len(p.Events))
 	for i, ev := range p.Events {
-		ev.Detail = map[string]any{"message": r.Message, "fallback": true}
+		ev.Detail = audit.EncodeDetail(map[string]any{"message": r.Message, "fallback": true}, audit.DefaultDetailMaxBytes)
 		events[i] = ev
 	}
 	p.Events = events

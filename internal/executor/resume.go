@@ -34,6 +34,11 @@ func (e *Executor) resume(ctx context.Context, c *call, ex *store.Call) (resp *R
 			return nil, false, e.reject(ctx, c, fault.KeyReused(c.key, ex.ID, ex.Tool, ex.Action))
 		}
 		c.callID = ex.ID
+		// An approval_id names the approval the caller means to use: it must
+		// be this call's, whatever state the call is in.
+		if c.req.ApprovalID != "" && c.req.ApprovalID != ex.ApprovalID {
+			return nil, false, e.reject(ctx, c, fault.ForeignApproval(c.req.ApprovalID, ex.ApprovalID, c.key))
+		}
 		var moved bool
 		switch {
 		case ex.State.Final():
@@ -112,9 +117,21 @@ func (e *Executor) resumeApproval(ctx context.Context, c *call, ex *store.Call) 
 		return nil, false, false, e.reject(ctx, c, fault.ApprovalExpired(ap.ID, ap.ExpiresAt,
 			"it was not used in time; call again with the same key to request a new approval"))
 	}
+	if ap.ToolIncarnation != c.tool.Incarnation {
+		// Another tool under the same name: the one approved was
+		// deregistered (its version numbers started again with this one).
+		err := e.releaseParked(ctx, c, ex, store.ApprovalInvalidated, "", audit.ApprovalInvalidated,
+			map[string]any{"approval_id": ap.ID, "reason": "tool_replaced", "approved_version": ap.ToolVersion, "tool_version": c.tool.Version})
+		if err != nil {
+			return nil, false, false, err
+		}
+		return nil, false, false, e.reject(ctx, c, fault.ApprovalInvalidated(ap.ID, fmt.Sprintf(
+			"no longer applies: tool %q was deregistered and registered again since it was approved, and is another tool now; call again with the same key to request a new approval",
+			c.tool.Name)))
+	}
 	if ap.ToolVersion != c.tool.Version {
 		err := e.releaseParked(ctx, c, ex, store.ApprovalInvalidated, "", audit.ApprovalInvalidated,
-			map[string]any{"approval_id": ap.ID, "approved_version": ap.ToolVersion, "tool_version": c.tool.Version})
+			map[string]any{"approval_id": ap.ID, "reason": "tool_changed", "approved_version": ap.ToolVersion, "tool_version": c.tool.Version})
 		if err != nil {
 			return nil, false, false, err
 		}
@@ -149,9 +166,10 @@ func (e *Executor) resumePreview(ctx context.Context, c *call, ex *store.Call) (
 	}
 	c.risk, c.decision = ex.Risk, ex.Decision
 	now := e.now()
-	if !now.Before(pv.ExpiresAt) || pv.ToolVersion != c.tool.Version {
+	changed := pv.ToolVersion != c.tool.Version || pv.ToolIncarnation != c.tool.Incarnation
+	if !now.Before(pv.ExpiresAt) || changed {
 		why := "expired at " + pv.ExpiresAt.UTC().Format(time.RFC3339)
-		if pv.ToolVersion != c.tool.Version {
+		if changed {
 			why = "no longer matches the tool, which changed since"
 		}
 		err := e.releaseParked(ctx, c, ex, "", store.PreviewExpired, audit.PreviewExpired,

@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -16,9 +15,6 @@ import (
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
-
-// maxErrorText bounds tool error text carried into results and audit rows.
-const maxErrorText = 500
 
 // reserveTimeout bounds the commit that reserves a key. It runs detached
 // from the caller (see detached): whether a reservation committed must be
@@ -40,7 +36,7 @@ func (e *Executor) run(ctx context.Context, c *call) (*Response, error) {
 	// which must match it): a wall-clock time, whatever e.now says.
 	deadline := time.Now().Add(timeoutOf(c.tool))
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
+		deadline, c.callerDeadline = dl, true
 	}
 	detail := withAdjusters(c, map[string]any{"probe": adm.Probe, "deadline": deadline})
 	if c.approval != nil {
@@ -94,7 +90,7 @@ func (e *Executor) reserve(ctx context.Context, c *call, token string, now time.
 	defer cancel()
 	if c.parked != nil {
 		p := store.StartParkedCallParams{
-			CallID: c.parked.ID, Now: now, LeaseExpiresAt: now.Add(e.idem.Lease),
+			CallID: c.parked.ID, Now: now, Lease: e.idem.Lease,
 			Risk: c.risk, Decision: c.decision, ClaimToken: token, Events: events,
 		}
 		if c.approval != nil {
@@ -117,7 +113,7 @@ func (e *Executor) reserve(ctx context.Context, c *call, token string, now time.
 		var claimed bool
 		r := e.newRecord(c, store.CallInProgress, now)
 		r.ClaimToken = token
-		rec, claimed, err = e.st.ClaimCall(wctx, store.ClaimCallParams{Call: r, Events: events})
+		rec, claimed, err = e.st.ClaimCall(wctx, store.ClaimCallParams{Call: r, Lease: e.idem.Lease, Events: events})
 		if err == nil && !claimed {
 			return nil, rec, nil
 		}
@@ -342,17 +338,16 @@ func (e *Executor) decide(base context.Context, c *call, rec *store.Call, adm he
 		fail(store.CallUnknown, "outcome unknown: the server shut down while the tool ran; it may or may not have acted: "+errText(out.err),
 			health.Observation{})
 	case out.err != nil && out.timedOut:
-		fail(store.CallFailed, fmt.Sprintf("the tool did not finish before its deadline (%s after it started)", out.allowed.Round(100*time.Millisecond)),
-			toolErr("timeout"))
+		fail(store.CallFailed, deadlineMessage(c, out), toolErr("timeout"))
 	case out.err != nil:
 		fail(store.CallFailed, "the tool failed: "+errText(out.err), toolErr(errText(out.err)))
 	case out.res == nil:
 		fail(store.CallFailed, "the tool failed: it returned no result", toolErr("no result"))
 	default:
-		r := &store.Result{Success: out.res.Success, Message: out.res.Message,
+		r := &store.Result{Success: out.res.Success, Message: toolText(out.res.Message),
 			ExcludeValueFromContext: out.res.ExcludeValueFromContext}
 		if out.res.Value != nil {
-			v, err := json.Marshal(out.res.Value)
+			v, err := jsonValue(out.res.Value)
 			if err != nil {
 				fail(store.CallFailed, "the tool failed: its result value is not JSON", toolErr("result not JSON"))
 				break
@@ -403,10 +398,13 @@ func (e *Executor) decide(base context.Context, c *call, rec *store.Call, adm he
 	}
 }
 
-// errText is an error's text bounded for results and audit rows.
-func errText(err error) string {
-	if err == nil {
-		return "no detail"
+// deadlineMessage says which deadline a tool missed: its own timeout (the
+// configured duration, the same however long reserving took), or the
+// caller's deadline (the time the tool had).
+func deadlineMessage(c *call, out toolOutcome) string {
+	if c.callerDeadline {
+		return fmt.Sprintf("the tool did not finish before the caller's deadline (%s after it started)",
+			out.allowed.Round(100*time.Millisecond))
 	}
-	return truncate(err.Error(), maxErrorText)
+	return fmt.Sprintf("the tool did not finish within its timeout (%s)", timeoutOf(c.tool))
 }

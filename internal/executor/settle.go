@@ -39,7 +39,9 @@ func (e *Executor) ResolveApproval(ctx context.Context, p *auth.Principal, id st
 		return nil, storeFault(ctx, err)
 	}
 	c := e.approvalCall(ap, p)
-	if ap.Requester == p.ID {
+	// Ids are canonical when stored; comparing canonical forms also covers
+	// a requester recorded before they were.
+	if ap.Requester == p.ID || auth.SamePrincipal(ap.Requester, p.ID) {
 		return nil, e.reject(ctx, c, fault.SelfApproval(p.ID, id))
 	}
 	now := e.now()

@@ -59,7 +59,18 @@ const (
 	ReasonUnauthenticated      = "UNAUTHENTICATED"
 	ReasonCancelled            = "CANCELLED"
 	ReasonOutcomePending       = "OUTCOME_PENDING"
+	ReasonMessageTooLarge      = "MESSAGE_TOO_LARGE"
+	ReasonResponseTooLarge     = "RESPONSE_TOO_LARGE"
+	ReasonTooManyWatches       = "TOO_MANY_WATCH_STREAMS"
 	ReasonInternal             = "INTERNAL"
+	ReasonConnectorUnavailable = "CONNECTOR_UNAVAILABLE"
+	ReasonNotAConnector        = "NOT_A_CONNECTOR"
+)
+
+// Reasons of the per-principal limits (see package quota).
+const (
+	ReasonPrincipalRateLimited = "PRINCIPAL_RATE_LIMITED"
+	ReasonTooManyExecutions    = "TOO_MANY_EXECUTIONS"
 )
 
 // FieldViolation names one bad field of a request.
@@ -135,6 +146,19 @@ type Violations []FieldViolation
 // Add records a violation of field.
 func (v *Violations) Add(field, format string, args ...any) {
 	*v = append(*v, FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
+}
+
+// CheckText records a violation of field when s is not valid UTF-8 or holds
+// NUL (U+0000), and reports whether s passed. Identifiers, names, keys,
+// comments and filters that callers send are refused this way, never
+// repaired: a repaired id would name something else, and Postgres cannot
+// store either in a text column while the memory store could.
+func (v *Violations) CheckText(field, s string) bool {
+	if err := safetext.Check(s); err != nil {
+		v.Add(field, "%s", err.Error())
+		return false
+	}
+	return true
 }
 
 // Err returns an INVALID_ARGUMENT error listing every violation, or nil.

@@ -2,6 +2,7 @@ package fault
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +34,24 @@ func RoleRequired(principal, operation string, roles []string) *Error {
 			q(principal), operation, strings.Join(roles, ", "))
 	}
 	return e.With("roles", strings.Join(roles, ",")).With("operation", operation)
+}
+
+// PrincipalRateLimited: the principal has spent its calls per second on
+// this replica; retry says when the next call would be admitted.
+func PrincipalRateLimited(principal string, perSecond float64, burst int, retry time.Duration) *Error {
+	return New(ResourceExhausted, ReasonPrincipalRateLimited,
+		"principal %s is making calls faster than the %s per second (burst %d) it may; the call was not run; retry later",
+		q(principal), strconv.FormatFloat(perSecond, 'g', -1, 64), burst).
+		With("calls_per_second", strconv.FormatFloat(perSecond, 'g', -1, 64)).With("burst", strconv.Itoa(burst)).
+		WithRetry(retryOr(retry, time.Second))
+}
+
+// TooManyExecutions: the principal already has limit tool calls in
+// progress; the call did not run.
+func TooManyExecutions(principal string, limit int) *Error {
+	return New(ResourceExhausted, ReasonTooManyExecutions,
+		"principal %s already has %d tool calls in progress, the most it may; the call was not run; retry when one has finished",
+		q(principal), limit).With("concurrent_executions", strconv.Itoa(limit)).WithRetry(time.Second)
 }
 
 // ToolNotFound: no tool is registered under the name.
@@ -174,7 +193,7 @@ func ForeignApproval(given, own, key string) *Error {
 			"approval %s does not belong to this call (no approval was requested under idempotency key %s)", q(given), q(key))
 	}
 	return New(FailedPrecondition, ReasonApprovalInvalidated,
-		"approval %s does not belong to this call (idempotency key %s is waiting for approval %s)", q(given), q(key), q(own)).
+		"approval %s does not belong to this call (the call under idempotency key %s has approval %s)", q(given), q(key), q(own)).
 		With("approval_id", own)
 }
 
@@ -206,6 +225,54 @@ func PreviewTokenMismatch(key string, nonePending bool) *Error {
 		"preview_token does not match the preview pending for idempotency key %s", q(key))
 }
 
+// MessageTooLarge: the request message is larger than the server accepts
+// (limit, in bytes).
+func MessageTooLarge(size, limit int) *Error {
+	return New(ResourceExhausted, ReasonMessageTooLarge,
+		"the request message is %d bytes, more than the %d bytes this server accepts", size, limit).
+		With("size_bytes", strconv.Itoa(size)).With("limit_bytes", strconv.Itoa(limit))
+}
+
+// ResponseTooLarge: the answer would be larger than the server sends (limit,
+// in bytes). Nothing about the request's effect is implied: a call that ran
+// is recorded, and GetCall or a smaller page may still be read.
+func ResponseTooLarge(size, limit int) *Error {
+	return New(ResourceExhausted, ReasonResponseTooLarge,
+		"the response would be %d bytes, more than the %d bytes this server sends; ask for less (a smaller page)", size, limit).
+		With("size_bytes", strconv.Itoa(size)).With("limit_bytes", strconv.Itoa(limit))
+}
+
+// UndecodableRequest: the request message is not a valid message of its
+// type; field is where (a path such as "context.trace_id", or "" if the
+// wire bytes say no more) and why says what is wrong with it.
+func UndecodableRequest(field, why string) *Error {
+	if field == "" {
+		field = "request"
+	}
+	return &Error{
+		Kind:       InvalidArgument,
+		Reason:     ReasonInvalidRequest,
+		Message:    fmt.Sprintf("the request could not be decoded: %s %s", field, why),
+		Violations: []FieldViolation{{Field: field, Description: why}},
+	}
+}
+
+// TooManyWatches: a watch stream was refused because limit streams are open
+// already, for the principal (perPrincipal) or on the whole server; retry
+// says when trying again makes sense.
+func TooManyWatches(principal string, perPrincipal bool, limit int, retry time.Duration) *Error {
+	var e *Error
+	if perPrincipal {
+		e = New(ResourceExhausted, ReasonTooManyWatches,
+			"principal %s has %d watch streams open, the most allowed per principal; close one, or retry later", q(principal), limit).
+			With("scope", "principal")
+	} else {
+		e = New(ResourceExhausted, ReasonTooManyWatches,
+			"the server has %d watch streams open, the most it allows; retry later", limit).With("scope", "server")
+	}
+	return e.With("limit", strconv.Itoa(limit)).WithRetry(retryOr(retry, time.Second))
+}
+
 // InvalidOperation: a request names an operation the server does not know.
 func InvalidOperation(what string) *Error {
 	return New(InvalidArgument, ReasonInvalidRequest, "%s", what)
@@ -215,6 +282,20 @@ func InvalidOperation(what string) *Error {
 // carry caller input or secrets.
 func InternalError(what string) *Error {
 	return New(Internal, ReasonInternal, "%s", what)
+}
+
+// ConnectorUnavailable: a connector's server could not tell what it offers
+// (discovery failed); why is scrubbed upstream text.
+func ConnectorUnavailable(tool, why string) *Error {
+	return New(Unavailable, ReasonConnectorUnavailable, "connector %s could not be reached to discover its tools: %s",
+		q(tool), safetext.Bound(why, 500)).With("tool", tool).WithRetry(5 * time.Second)
+}
+
+// NotAConnector: the tool is not declared as a connector, so there is
+// nothing to discover.
+func NotAConnector(tool string) *Error {
+	return New(FailedPrecondition, ReasonNotAConnector, "tool %s is not declared as a connector; there is nothing to discover", q(tool)).
+		With("tool", tool)
 }
 
 // retryOr is d, or def when d is not positive (a retry hint must be).

@@ -19,6 +19,8 @@ func TestConstructors(t *testing.T) {
 	}{
 		{NotAuthenticated("no credentials"), Unauthenticated, ReasonUnauthenticated},
 		{RoleRequired(huge, "ExecuteTool", []string{"agent"}), PermissionDenied, ReasonRoleRequired},
+		{PrincipalRateLimited(huge, 2.5, 5, 400*time.Millisecond), ResourceExhausted, ReasonPrincipalRateLimited},
+		{TooManyExecutions(huge, 4), ResourceExhausted, ReasonTooManyExecutions},
 		{ToolNotFound(huge), NotFound, ReasonToolNotFound},
 		{ActionNotFound(huge, huge, []string{"a", "b"}), NotFound, ReasonActionNotFound},
 		{ScopeViolation(huge, []string{huge}), PermissionDenied, ReasonScopeViolation},
@@ -43,7 +45,13 @@ func TestConstructors(t *testing.T) {
 		{PreviewExpired("expired"), FailedPrecondition, ReasonPreviewExpired},
 		{PreviewTokenMismatch(huge, true), FailedPrecondition, ReasonPreviewTokenMismatch},
 		{InvalidOperation("bad"), InvalidArgument, ReasonInvalidRequest},
+		{MessageTooLarge(5<<20, 4<<20), ResourceExhausted, ReasonMessageTooLarge},
+		{ResponseTooLarge(5<<20, 4<<20), ResourceExhausted, ReasonResponseTooLarge},
+		{UndecodableRequest("context.trace_id", "is not valid UTF-8"), InvalidArgument, ReasonInvalidRequest},
+		{TooManyWatches(huge, true, 16, time.Second), ResourceExhausted, ReasonTooManyWatches},
 		{InternalError("bug"), Internal, ReasonInternal},
+		{ConnectorUnavailable(huge, huge), Unavailable, ReasonConnectorUnavailable},
+		{NotAConnector(huge), FailedPrecondition, ReasonNotAConnector},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			if tc.err.Kind != tc.kind || tc.err.Reason != tc.reason {
@@ -59,5 +67,21 @@ func TestConstructors(t *testing.T) {
 				check("metadata "+k, v)
 			}
 		})
+	}
+}
+
+// The per-principal limit refusals tell the caller when to retry and what
+// the limit is.
+func TestLimitRefusals(t *testing.T) {
+	e := PrincipalRateLimited("agent-1", 2.5, 5, 400*time.Millisecond)
+	if e.RetryAfter != 400*time.Millisecond || e.Metadata["calls_per_second"] != "2.5" || e.Metadata["burst"] != "5" {
+		t.Fatalf("%+v", e)
+	}
+	if e := PrincipalRateLimited("agent-1", 1, 1, 0); e.RetryAfter != time.Second {
+		t.Fatalf("no retry hint: %v", e.RetryAfter)
+	}
+	e = TooManyExecutions("agent-1", 4)
+	if e.RetryAfter <= 0 || e.Metadata["concurrent_executions"] != "4" {
+		t.Fatalf("%+v", e)
 	}
 }

@@ -112,7 +112,7 @@ func newEnv(t *testing.T, tools ...string) *env {
 func (e *env) createTool(name string) {
 	e.t.Helper()
 	if _, err := e.mem.CreateTool(e.ctx, store.CreateToolParams{
-		Tool: &store.Tool{Name: name, Description: "test tool", ProviderType: store.ProviderNative, Source: store.SourceAPI},
+		Tool: &store.Tool{Name: name, Description: "test tool", ProviderType: store.ProviderNative, Source: store.SourceAPI, Incarnation: "inc-" + name},
 		Now:  e.clock.Now(),
 	}); err != nil {
 		e.t.Fatalf("create tool %s: %v", name, err)
@@ -142,8 +142,8 @@ func (e *env) observe(tr *Tracker, tool string, o Observation) (change *store.He
 	now := e.clock.Now()
 	if _, ok, err := e.st.ClaimCall(e.ctx, store.ClaimCallParams{Call: &store.Call{
 		ID: id, PrincipalID: "agent-1", IdempotencyKey: id, Fingerprint: "fp", Tool: tool, Action: "run",
-		State: store.CallInProgress, AttemptCount: 1, CreatedAt: now, UpdatedAt: now, LeaseExpiresAt: now.Add(time.Minute),
-	}}); err != nil || !ok {
+		State: store.CallInProgress, AttemptCount: 1, CreatedAt: now, UpdatedAt: now,
+	}, Lease: time.Minute}); err != nil || !ok {
 		e.t.Fatalf("claim call: %v %v", ok, err)
 	}
 	change, commit := tr.Change(tool, o, store.AuditEvent{CallID: id, Principal: "agent-1", Tool: tool, Action: "run", TraceID: "trace-" + id})

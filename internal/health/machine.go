@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
 
@@ -70,7 +71,7 @@ func Next(cfg Config, cur store.ToolHealth, o Observation, now time.Time) (store
 		next.LastSuccessAt = now
 	case ToolError:
 		next.ConsecutiveErrors++
-		next.LastError = o.Error
+		next.LastError = lastError(o.Error)
 		next.LastErrorAt = now
 		switch {
 		case open && !o.Probe:
@@ -159,7 +160,7 @@ func describe(cur, next store.ToolHealth, o Observation) string {
 			what = fmt.Sprintf("%d consecutive tool errors", next.ConsecutiveErrors)
 		}
 		if o.Error != "" {
-			what += ": " + o.Error
+			what += ": " + lastError(o.Error)
 		}
 		return what
 	case RateLimited:
@@ -171,6 +172,15 @@ func describe(cur, next store.ToolHealth, o Observation) string {
 		return o.Kind.String()
 	}
 }
+
+// MaxLastError bounds a tool's last_error, in bytes.
+const MaxLastError = 1024
+
+// lastError is an observation's error text as the record keeps it: the text
+// comes from tools and upstream servers, so it is made valid UTF-8 without
+// NUL and bounded on a character boundary before any store sees it (Postgres
+// refuses the one in a text column, and the memory store would keep it).
+func lastError(s string) string { return safetext.Bound(s, MaxLastError) }
 
 // normTime puts t in the form the stores keep (UTC, microseconds, no
 // monotonic reading), so that cached and stored records compare equal.

@@ -2,10 +2,13 @@ package health
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/store/postgres"
 	"github.com/toolsvc/toolsvc/internal/store/postgres/pgtest"
@@ -30,7 +33,7 @@ func TestPostgresReplicas(t *testing.T) {
 	clk := newClock()
 	cfg := DefaultConfig()
 	if _, err := stA.CreateTool(ctx, store.CreateToolParams{
-		Tool: &store.Tool{Name: "flaky", Description: "test tool", ProviderType: store.ProviderNative, Source: store.SourceAPI},
+		Tool: &store.Tool{Name: "flaky", Description: "test tool", ProviderType: store.ProviderNative, Source: store.SourceAPI, Incarnation: "inc-flaky"},
 		Now:  clk.Now(),
 	}); err != nil {
 		t.Fatal(err)
@@ -111,5 +114,54 @@ func TestPostgresReplicas(t *testing.T) {
 	// Five errors, the probe's success, the drain; the claim is silent.
 	if len(evs) != cfg.UnavailableAfter+2 {
 		t.Errorf("%d health events, want %d", len(evs), cfg.UnavailableAfter+2)
+	}
+}
+
+// TestPostgresLastErrorIsSafeText: error text from a tool or an upstream
+// server holds any bytes — a cut character, NUL, megabytes. Postgres refuses
+// invalid UTF-8 and NUL in text columns, so such a record failed to write
+// (inside FinishCall, the call was then reaped to UNKNOWN); the memory store
+// kept it. The record and its event keep the text valid and bounded.
+func TestPostgresLastErrorIsSafeText(t *testing.T) {
+	ctx := t.Context()
+	st, err := postgres.Open(ctx, pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	clk := newClock()
+	if _, err := st.CreateTool(ctx, store.CreateToolParams{
+		Tool: &store.Tool{Name: "upstream", Description: "test tool", ProviderType: store.ProviderNative, Source: store.SourceAPI, Incarnation: "inc-upstream"},
+		Now:  clk.Now(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tr := NewTracker(st, DefaultConfig(), clk.Now, nil)
+	if err := tr.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	text := "upstream said: 日本語"[:len("upstream said: 日本語")-1] + "\x00\xff" + strings.Repeat("é", 5000)
+	h, err := tr.Record(ctx, "upstream", Observation{Kind: ToolError, Error: text}, store.AuditEvent{})
+	if err != nil {
+		t.Fatalf("recording an error with hostile text: %v", err)
+	}
+	stored, err := st.GetToolHealth(ctx, "upstream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, got := range []string{h.LastError, stored.LastError} {
+		if !safetext.Valid(got) || len(got) > MaxLastError || !strings.HasPrefix(got, "upstream said: 日本\uFFFD\uFFFD\uFFFDééé") {
+			t.Fatalf("last_error %q", got)
+		}
+	}
+	if stored.LastError != h.LastError {
+		t.Fatalf("stored %q, tracker %q", stored.LastError, h.LastError)
+	}
+	evs, err := st.ListAuditEvents(ctx, store.AuditFilter{Tool: "upstream", Types: []string{audit.HealthChanged}})
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("health events %v, %v", evs, err)
+	}
+	if reason, _ := evs[0].DetailMap()["reason"].(string); !strings.HasSuffix(reason, stored.LastError) {
+		t.Fatalf("event reason %q does not end with last_error", reason)
 	}
 }

@@ -530,8 +530,7 @@ func (t *Tracker) update(tool string, cur, next store.ToolHealth, reason string,
 	ev.ID = id
 	ev.Tool = tool
 	ev.Time = now
-	ev.Detail = detail
-	upd.Events = []store.AuditEvent{audit.New(audit.HealthChanged, ev)}
+	upd.Events = []store.AuditEvent{audit.NewDetail(audit.HealthChanged, ev, detail)}
 	upd.Notify = true
 	return upd
 }

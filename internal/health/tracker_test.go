@@ -74,15 +74,15 @@ func TestErrorsTripTheCircuit(t *testing.T) {
 	}
 	transitions := [][2]string{{"HEALTHY", "HEALTHY"}, {"HEALTHY", "HEALTHY"}, {"HEALTHY", "DEGRADED"}, {"DEGRADED", "DEGRADED"}, {"DEGRADED", "UNAVAILABLE"}}
 	for i, ev := range evs {
-		if ev.Detail["from"] != transitions[i][0] || ev.Detail["to"] != transitions[i][1] ||
-			ev.Detail["consecutive_errors"] != float64(i+1) || ev.Detail["observation"] != "tool_error" {
+		if ev.DetailMap()["from"] != transitions[i][0] || ev.DetailMap()["to"] != transitions[i][1] ||
+			ev.DetailMap()["consecutive_errors"] != float64(i+1) || ev.DetailMap()["observation"] != "tool_error" {
 			t.Errorf("event %d detail %v, want %v", i, ev.Detail, transitions[i])
 		}
 		if ev.CallID == "" || ev.Principal != "agent-1" || ev.Action != "run" || ev.TraceID != "trace-"+ev.CallID || ev.Tool != "flaky" {
 			t.Errorf("event %d lacks the call's fields: %+v", i, ev)
 		}
 	}
-	if r, _ := evs[4].Detail["reason"].(string); r == "" || evs[4].Detail["trips"] != float64(1) || evs[4].Detail["cooldown_end_time"] == nil {
+	if r, _ := evs[4].DetailMap()["reason"].(string); r == "" || evs[4].DetailMap()["trips"] != float64(1) || evs[4].DetailMap()["cooldown_end_time"] == nil {
 		t.Errorf("trip event detail %v", evs[4].Detail)
 	}
 }
@@ -179,7 +179,7 @@ func TestProbeOutcomes(t *testing.T) {
 		}
 		evs := e.events("flaky")
 		last := evs[len(evs)-1]
-		if last.Detail["from"] != "UNAVAILABLE" || last.Detail["to"] != "HEALTHY" || last.Detail["probe"] != true {
+		if last.DetailMap()["from"] != "UNAVAILABLE" || last.DetailMap()["to"] != "HEALTHY" || last.DetailMap()["probe"] != true {
 			t.Errorf("healing event %v", last.Detail)
 		}
 	})
@@ -279,7 +279,7 @@ func TestRateLimit(t *testing.T) {
 		t.Fatalf("after the reset: %+v, %v", a, err)
 	}
 	evs := e.events("api")
-	if len(evs) != 1 || evs[0].Detail["reset_time"] != reset.Format(time.RFC3339Nano) || evs[0].Detail["observation"] != "rate_limited" {
+	if len(evs) != 1 || evs[0].DetailMap()["reset_time"] != reset.Format(time.RFC3339Nano) || evs[0].DetailMap()["observation"] != "rate_limited" {
 		t.Fatalf("events %+v", evs)
 	}
 }
@@ -338,7 +338,7 @@ func TestDrainRestore(t *testing.T) {
 
 	var overrides []*store.AuditEvent
 	for _, ev := range e.events("deploy") {
-		if ev.Detail["operation"] != nil {
+		if ev.DetailMap()["operation"] != nil {
 			overrides = append(overrides, ev)
 		}
 	}
@@ -350,8 +350,8 @@ func TestDrainRestore(t *testing.T) {
 		{"restore", "op-bob", "UNAVAILABLE", "HEALTHY", "done"},
 	} {
 		ev := overrides[i]
-		if ev.Type != audit.HealthChanged || ev.Principal != want.by || ev.Tool != "deploy" || ev.Detail["operation"] != want.op ||
-			ev.Detail["from"] != want.from || ev.Detail["to"] != want.to || ev.Detail["reason"] != want.reason {
+		if ev.Type != audit.HealthChanged || ev.Principal != want.by || ev.Tool != "deploy" || ev.DetailMap()["operation"] != want.op ||
+			ev.DetailMap()["from"] != want.from || ev.DetailMap()["to"] != want.to || ev.DetailMap()["reason"] != want.reason {
 			t.Errorf("override event %d: %+v", i, ev)
 		}
 	}

@@ -68,8 +68,8 @@ func testCall(id string, state store.CallState, now time.Time) *store.Call {
 func claimRunning(t *testing.T, st store.CallStore, id string, now, until time.Time) *store.Call {
 	t.Helper()
 	c := testCall(id, store.CallInProgress, now)
-	c.LeaseExpiresAt = until
-	got, ok, err := st.ClaimCall(context.Background(), store.ClaimCallParams{Call: c})
+	// The memory store runs the lease from the claim's UpdatedAt (now).
+	got, ok, err := st.ClaimCall(context.Background(), store.ClaimCallParams{Call: c, Lease: until.Sub(now)})
 	if err != nil || !ok {
 		t.Fatalf("ClaimCall(%s) = %v, %v", id, ok, err)
 	}

@@ -37,7 +37,8 @@ type Lease struct {
 }
 
 // KeepAlive renews the lease of an IN_PROGRESS call every cfg.Lease/3 until
-// Stop is called or ctx ends, each time to now()+cfg.Lease. Lost is closed if
+// Stop is called or ctx ends, each time for cfg.Lease from the store's clock
+// (now() in memory; the database's on Postgres). Lost is closed if
 // a renewal finds the lease gone (store.ErrConflict: the reaper took it, or
 // another attempt holds the key; store.ErrNotFound: the record was removed);
 // renewals stop then. Other renewal errors (the store is briefly down) are
@@ -107,7 +108,7 @@ func (l *Lease) renew(ctx context.Context) error {
 		return fmt.Errorf("call %s attempt %d: %w", l.callID, l.attempt, ErrLeaseLost)
 	default:
 	}
-	err := l.st.RenewCallLease(ctx, l.callID, l.attempt, l.now().Add(l.ttl))
+	err := l.st.RenewCallLease(ctx, l.callID, l.attempt, l.now(), l.ttl)
 	if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 		l.lostOnce.Do(func() { close(l.lost) })
 		l.logger.WarnContext(ctx, "call lease lost",

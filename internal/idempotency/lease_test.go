@@ -20,12 +20,12 @@ type renewSpy struct {
 	fail     atomic.Pointer[error]
 }
 
-func (s *renewSpy) RenewCallLease(ctx context.Context, callID string, attempt int, until time.Time) error {
+func (s *renewSpy) RenewCallLease(ctx context.Context, callID string, attempt int, now time.Time, lease time.Duration) error {
 	s.renewals.Add(1)
 	if err := s.fail.Load(); err != nil {
 		return *err
 	}
-	return s.CallStore.RenewCallLease(ctx, callID, attempt, until)
+	return s.CallStore.RenewCallLease(ctx, callID, attempt, now, lease)
 }
 
 func leaseConfig(lease time.Duration) Config {

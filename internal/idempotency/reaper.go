@@ -26,11 +26,14 @@ type Reaper struct {
 	cfg    Config
 	now    func() time.Time
 	logger *slog.Logger
+	// audit and auditRetention: see WithAuditRetention.
+	audit          store.AuditStore
+	auditRetention time.Duration
 }
 
 // ReapStats counts what one round did.
 type ReapStats struct {
-	Unknown, ApprovalsExpired, PreviewsExpired, Deleted int
+	Unknown, ApprovalsExpired, PreviewsExpired, Deleted, AuditDeleted int
 }
 
 // NewReaper returns a reaper. now defaults to time.Now and logger to a
@@ -43,6 +46,14 @@ func NewReaper(st store.CallStore, cfg Config, now func() time.Time, logger *slo
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Reaper{st: st, cfg: cfg, now: now, logger: logger}
+}
+
+// WithAuditRetention makes each round also delete, from st, audit events
+// older than retention (at most ReaperBatch of them); 0 keeps them forever.
+// It returns r.
+func (r *Reaper) WithAuditRetention(st store.AuditStore, retention time.Duration) *Reaper {
+	r.audit, r.auditRetention = st, retention
+	return r
 }
 
 // RunOnce runs one round of each step, each handling at most ReaperBatch
@@ -98,6 +109,14 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapStats, error) {
 	}
 	stats.Deleted = deleted
 
+	if r.audit != nil && r.auditRetention > 0 {
+		n, err := r.audit.DeleteAuditEventsBefore(ctx, now.Add(-r.auditRetention), r.cfg.ReaperBatch)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("delete audit events past retention: %w", err))
+		}
+		stats.AuditDeleted = n
+	}
+
 	return stats, errors.Join(errs...)
 }
 
@@ -131,12 +150,12 @@ func (r *Reaper) Run(ctx context.Context) {
 
 func (r *Reaper) full(s ReapStats) bool {
 	b := r.cfg.ReaperBatch
-	return b > 0 && (s.Unknown >= b || s.ApprovalsExpired >= b || s.PreviewsExpired >= b || s.Deleted >= b)
+	return b > 0 && (s.Unknown >= b || s.ApprovalsExpired >= b || s.PreviewsExpired >= b || s.Deleted >= b || s.AuditDeleted >= b)
 }
 
 // UnknownEvent is the tool_call.unknown event of a call whose lease expired.
 func UnknownEvent(c *store.Call, now time.Time) store.AuditEvent {
-	return audit.New(audit.ToolCallUnknown, store.AuditEvent{
+	return audit.NewDetail(audit.ToolCallUnknown, store.AuditEvent{
 		Time:      now,
 		CallID:    c.ID,
 		TraceID:   c.TraceID,
@@ -148,14 +167,13 @@ func UnknownEvent(c *store.Call, now time.Time) store.AuditEvent {
 		Risk:      c.Risk,
 		Decision:  c.Decision,
 		Outcome:   store.OutcomeUnknown,
-		Detail:    map[string]any{"reason": "lease_expired"},
-	})
+	}, map[string]any{"reason": "lease_expired"})
 }
 
 // ApprovalExpiredEvent is the approval.expired event of an approval nobody
 // resolved (or used) in time.
 func ApprovalExpiredEvent(a *store.Approval, now time.Time) store.AuditEvent {
-	return audit.New(audit.ApprovalExpired, store.AuditEvent{
+	return audit.NewDetail(audit.ApprovalExpired, store.AuditEvent{
 		Time:      now,
 		CallID:    a.CallID,
 		TraceID:   a.TraceID,
@@ -166,12 +184,11 @@ func ApprovalExpiredEvent(a *store.Approval, now time.Time) store.AuditEvent {
 		Action:    a.Action,
 		Risk:      a.Risk,
 		Decision:  store.DecisionConfirm,
-		Detail: map[string]any{
-			"approval_id": a.ID,
-			// PENDING: nobody resolved it; APPROVED: approved but never used.
-			"was":         string(stateBeforeExpiry(a)),
-			"expire_time": a.ExpiresAt.UTC().Format(time.RFC3339Nano),
-		},
+	}, map[string]any{
+		"approval_id": a.ID,
+		// PENDING: nobody resolved it; APPROVED: approved but never used.
+		"was":         string(stateBeforeExpiry(a)),
+		"expire_time": a.ExpiresAt.UTC().Format(time.RFC3339Nano),
 	})
 }
 
@@ -179,16 +196,15 @@ func ApprovalExpiredEvent(a *store.Approval, now time.Time) store.AuditEvent {
 // nobody presented in time. The token itself stays out of the trail: until
 // it expired it was a credential that executes the call.
 func PreviewExpiredEvent(p *store.Preview, now time.Time) store.AuditEvent {
-	return audit.New(audit.PreviewExpired, store.AuditEvent{
+	return audit.NewDetail(audit.PreviewExpired, store.AuditEvent{
 		Time:      now,
 		CallID:    p.CallID,
 		Principal: p.PrincipalID,
 		Tool:      p.Tool,
 		Action:    p.Action,
 		Decision:  store.DecisionPreview,
-		Detail: map[string]any{
-			"expire_time": p.ExpiresAt.UTC().Format(time.RFC3339Nano),
-		},
+	}, map[string]any{
+		"expire_time": p.ExpiresAt.UTC().Format(time.RFC3339Nano),
 	})
 }
 

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -73,8 +74,8 @@ func TestReaperExpiredLeaseBecomesUnknown(t *testing.T) {
 	if e.ID == "" || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("event\n got %+v\nwant %+v", got, want)
 	}
-	if len(e.Detail) != 1 || e.Detail["reason"] != "lease_expired" {
-		t.Errorf("detail %v, want reason lease_expired", e.Detail)
+	if d := e.DetailMap(); len(d) != 1 || d["reason"] != "lease_expired" {
+		t.Errorf("detail %s, want reason lease_expired", e.Detail)
 	}
 
 	// A second round finds nothing more to do.
@@ -170,7 +171,7 @@ func TestReaperExpiresApprovalsAndPreviews(t *testing.T) {
 		ID: pe.ID, Seq: pe.Seq, Time: clk.Now(), Type: audit.PreviewExpired,
 		CallID: "preview", Principal: "agent-1", Tool: "payments", Action: "refund",
 		Decision: store.DecisionPreview,
-		Detail:   map[string]any{"expire_time": t0.Add(10 * time.Minute).Format(time.RFC3339Nano)},
+		Detail:   json.RawMessage(`{"expire_time":"` + t0.Add(10*time.Minute).Format(time.RFC3339Nano) + `"}`),
 	}
 	if pe.ID == "" || !reflect.DeepEqual(pe, wantPE) {
 		t.Errorf("preview.expired event\n got %+v\nwant %+v", pe, wantPE)
@@ -214,10 +215,10 @@ func TestReaperExpiresApprovalsAndPreviews(t *testing.T) {
 			e.Risk != store.RiskLevel(3) || e.Decision != store.DecisionConfirm || !e.Time.Equal(clk.Now()) {
 			t.Errorf("event fields: %+v", e)
 		}
-		if e.Detail["approval_id"] != "appr-"+id {
-			t.Errorf("event of %s names approval %v", id, e.Detail["approval_id"])
+		if e.DetailMap()["approval_id"] != "appr-"+id {
+			t.Errorf("event of %s names approval %v", id, e.DetailMap()["approval_id"])
 		}
-		was[id] = e.Detail["was"]
+		was[id] = e.DetailMap()["was"]
 	}
 	if was["pending"] != "PENDING" || was["approved"] != "APPROVED" {
 		t.Errorf("detail.was = %v", was)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/idempotency"
+	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
 
@@ -195,7 +196,7 @@ func (e *Engine) readBeforeWrite(ctx context.Context, in Input, rw *store.ReadBe
 		if err != nil {
 			return Decision{
 				Policy:  ReadBeforeWrite,
-				Message: fmt.Sprintf("Tool '%s' could not check whether %s %q exists; read it first, or retry later.", name, arg, resource),
+				Message: fmt.Sprintf("Tool '%s' could not check whether %s %s exists; read it first, or retry later.", name, arg, safetext.Quote(resource)),
 				Err:     err,
 			}
 		}
@@ -204,7 +205,7 @@ func (e *Engine) readBeforeWrite(ctx context.Context, in Input, rw *store.ReadBe
 		}
 	}
 
-	msg := fmt.Sprintf("Tool '%s' requires an earlier read of %s %q in this task", name, arg, resource)
+	msg := fmt.Sprintf("Tool '%s' requires an earlier read of %s %s in this task", name, arg, safetext.Quote(resource))
 	if len(rw.ReadActions) > 0 {
 		msg += fmt.Sprintf(" (with %s)", strings.Join(qualify(in.Tool.Name, rw.ReadActions), " or "))
 	}
@@ -251,7 +252,9 @@ func dedupe(s []string) []string {
 // ResourceOf returns the value of the action's resource argument in args, or
 // "" if the action has none or args lack it (or hold null). String values are
 // returned as they are; other values as canonical JSON, so that 42 and 42.0
-// name the same resource.
+// name the same resource. A string holding NUL, which no text column can
+// store, is named by its canonical JSON too (quoted, NUL escaped), on every
+// store: recording and looking up the resource both go through here.
 func ResourceOf(action *store.Action, args json.RawMessage) string {
 	if action == nil || action.ResourceArgument == "" || len(args) == 0 {
 		return ""
@@ -265,7 +268,7 @@ func ResourceOf(action *store.Action, args json.RawMessage) string {
 		return ""
 	}
 	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
+	if err := json.Unmarshal(raw, &s); err == nil && safetext.Valid(s) {
 		return s
 	}
 	if string(raw) == "null" {

@@ -69,7 +69,7 @@ func (w *world) succeed(principal, task string, tool *store.Tool, action, args s
 		CreatedAt: t0, UpdatedAt: t0, LeaseExpiresAt: t0.Add(time.Minute),
 	}
 	// Errorf, not Fatalf: concurrent tests call this from goroutines.
-	if _, ok, err := w.st.ClaimCall(ctx, store.ClaimCallParams{Call: call}); err != nil || !ok {
+	if _, ok, err := w.st.ClaimCall(ctx, store.ClaimCallParams{Call: call, Lease: time.Minute}); err != nil || !ok {
 		w.t.Errorf("ClaimCall: %v, %v", ok, err)
 		return
 	}
@@ -433,6 +433,9 @@ func TestResourceOf(t *testing.T) {
 		{`{}`, ""},
 		{``, ""},
 		{`[1]`, ""},
+		// NUL cannot be stored in a text column: the JSON text names it.
+		{`{"id":"a\u0000b"}`, `"a\u0000b"`},
+		{`{"id":"日本 😀"}`, "日本 😀"},
 	}
 	for _, c := range cases {
 		if got := ResourceOf(a, json.RawMessage(c.args)); got != c.want {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
+	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
@@ -64,6 +65,17 @@ func (e *ArgumentError) Error() string { return e.Message }
 // model corrects a few at a time better than it reads a long report.
 const maxArgumentProblems = 3
 
+// Bounds of an ArgumentError, in bytes. Its message is answered and
+// audited, and it quotes what the caller sent (argument names, paths): each
+// quote is bounded (safetext.Quote), schema text a little less tightly, and
+// the whole message too, so that no request can make an answer or an audit
+// row large.
+const (
+	maxArgumentMessage = 1000
+	maxArgumentField   = 256
+	maxSchemaQuote     = 200
+)
+
 // ValidateArguments checks canonical JSON arguments against the action's
 // compiled input schema. It returns nil, an *ArgumentError whose Message
 // names the offending field (e.g. `argument "count": must be >= 1`,
@@ -96,9 +108,12 @@ func (e *Entry) ValidateArguments(action string, args json.RawMessage) error {
 	}
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
-		return &ArgumentError{Message: "arguments are invalid: " + err.Error()}
+		return &ArgumentError{Message: safetext.Bound("arguments are invalid: "+err.Error(), maxArgumentMessage)}
 	}
-	return argumentError(ve, inst)
+	ae := argumentError(ve, inst)
+	ae.Field = safetext.Bound(ae.Field, maxArgumentField)
+	ae.Message = safetext.Bound(ae.Message, maxArgumentMessage)
+	return ae
 }
 
 // validateOutput checks an example output against the action's output schema.
@@ -192,21 +207,21 @@ func describe(ve *jsonschema.ValidationError, inst any) []problem {
 		out := make([]problem, 0, len(k.Missing))
 		for _, m := range k.Missing {
 			f := child(m)
-			out = append(out, problem{f, fmt.Sprintf("missing required argument %q", f)})
+			out = append(out, problem{f, "missing required argument " + safetext.Quote(f)})
 		}
 		return out
 	case *kind.AdditionalProperties:
 		out := make([]problem, 0, len(k.Properties))
 		for _, p := range k.Properties {
 			f := child(p)
-			out = append(out, problem{f, fmt.Sprintf("unknown argument %q", f)})
+			out = append(out, problem{f, "unknown argument " + safetext.Quote(f)})
 		}
 		return out
 	case *kind.FalseSchema:
 		if field == "" {
 			return []problem{{"", "no arguments are accepted"}}
 		}
-		return []problem{{field, fmt.Sprintf("argument %q is not allowed", field)}}
+		return []problem{{field, "argument " + safetext.Quote(field) + " is not allowed"}}
 	case *kind.Type:
 		if field == "" {
 			return []problem{{"", "arguments must be a JSON object"}}
@@ -227,7 +242,7 @@ func describe(ve *jsonschema.ValidationError, inst any) []problem {
 	case *kind.MaxLength:
 		return at(fmt.Sprintf("must be at most %d characters long", k.Want))
 	case *kind.Pattern:
-		return at(fmt.Sprintf("must match the pattern %q", k.Want))
+		return at("must match the pattern " + schemaQuote(k.Want))
 	case *kind.Format:
 		return at("must be a valid " + k.Want)
 	case *kind.Enum:
@@ -236,11 +251,11 @@ func describe(ve *jsonschema.ValidationError, inst any) []problem {
 			want[i] = jsonText(w)
 		}
 		if len(want) == 1 {
-			return at("must be " + want[0])
+			return at("must be " + safetext.Bound(want[0], maxSchemaQuote))
 		}
-		return at("must be one of " + strings.Join(want, ", "))
+		return at("must be one of " + safetext.Bound(strings.Join(want, ", "), maxSchemaQuote))
 	case *kind.Const:
-		return at("must be " + jsonText(k.Want))
+		return at("must be " + safetext.Bound(jsonText(k.Want), maxSchemaQuote))
 	case *kind.MinItems:
 		return at(fmt.Sprintf("must have at least %d items", k.Want))
 	case *kind.MaxItems:
@@ -252,17 +267,17 @@ func describe(ve *jsonschema.ValidationError, inst any) []problem {
 	case *kind.MaxProperties:
 		return at(fmt.Sprintf("must have at most %d properties", k.Want))
 	case *kind.DependentRequired:
-		return at(fmt.Sprintf("%q requires %s", k.Prop, quoteAll(k.Missing)))
+		return at(safetext.Quote(k.Prop) + " requires " + quoteAll(k.Missing))
 	case *kind.Dependency:
-		return at(fmt.Sprintf("%q requires %s", k.Prop, quoteAll(k.Missing)))
+		return at(safetext.Quote(k.Prop) + " requires " + quoteAll(k.Missing))
 	case *kind.PropertyNames:
-		return []problem{{child(k.Property), fmt.Sprintf("argument name %q is not allowed", child(k.Property))}}
+		return []problem{{child(k.Property), "argument name " + safetext.Quote(child(k.Property)) + " is not allowed"}}
 	case *kind.Not:
 		return at("has a value that is not allowed")
 	case *kind.Contains, *kind.MinContains, *kind.MaxContains:
 		return at("does not contain the required items")
 	}
-	return at(ve.ErrorKind.LocalizedString(message.NewPrinter(language.English)))
+	return at(safetext.Bound(ve.ErrorKind.LocalizedString(message.NewPrinter(language.English)), maxSchemaQuote))
 }
 
 // subject names a field in a message.
@@ -270,8 +285,11 @@ func subject(field string) string {
 	if field == "" {
 		return "arguments"
 	}
-	return fmt.Sprintf("argument %q", field)
+	return "argument " + safetext.Quote(field)
 }
+
+// schemaQuote quotes text from a schema (a pattern), bounded.
+func schemaQuote(s string) string { return strconv.Quote(safetext.Bound(s, maxSchemaQuote)) }
 
 // fieldPath turns a JSON pointer (as tokens) into a dotted path: object keys
 // joined with ".", array indexes as "[i]" ("items[0].name"). The instance
@@ -340,7 +358,7 @@ func jsonText(v any) string {
 func quoteAll(names []string) string {
 	q := make([]string, len(names))
 	for i, n := range names {
-		q[i] = strconv.Quote(n)
+		q[i] = safetext.Quote(n)
 	}
-	return strings.Join(q, ", ")
+	return safetext.Bound(strings.Join(q, ", "), maxSchemaQuote)
 }

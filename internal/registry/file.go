@@ -62,7 +62,8 @@ import (
 
 // fileDoc is the tools file.
 type fileDoc struct {
-	Tools []fileTool `yaml:"tools"`
+	Tools      []fileTool      `yaml:"tools"`
+	Connectors []fileConnector `yaml:"connectors"`
 }
 
 type fileTool struct {
@@ -148,7 +149,8 @@ func parseFile(path string, data []byte) ([]*store.Tool, error) {
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, &FileError{Path: path, Problems: []string{fmt.Sprintf("%s: %v", path, err)}}
 	}
-	items := toolNodes(&root)
+	items := listNodes(&root, "tools")
+	conns := listNodes(&root, "connectors")
 	fe := &FileError{Path: path}
 	// where names the place of a problem: file:line, tool index and name.
 	// line 0 means the line of the tool itself.
@@ -160,6 +162,23 @@ func parseFile(path string, data []byte) ([]*store.Tool, error) {
 			line = items[i].Line
 		}
 		return fmt.Sprintf("%s:%d: tools[%d] (name %q)", path, line, i, mapValue(items[i], "name"))
+	}
+	whereConn := func(i, line int) string {
+		if i < 0 || i >= len(conns) {
+			return fmt.Sprintf("%s:%d", path, line)
+		}
+		if line == 0 {
+			line = conns[i].Line
+		}
+		return fmt.Sprintf("%s:%d: connectors[%d] (id %q)", path, line, i, mapValue(conns[i], "id"))
+	}
+	// whereLine names the tool or connector a line is in.
+	whereLine := func(line int) string {
+		ti, ci := toolAt(items, line), toolAt(conns, line)
+		if ci >= 0 && (ti < 0 || conns[ci].Line > items[ti].Line) {
+			return whereConn(ci, line)
+		}
+		return where(ti, line)
 	}
 
 	var doc fileDoc
@@ -179,33 +198,40 @@ func parseFile(path string, data []byte) ([]*store.Tool, error) {
 			if m := unknownField.FindStringSubmatch(msg); m != nil {
 				msg = fmt.Sprintf("unknown field %q", m[1])
 			}
-			fe.Problems = append(fe.Problems, fmt.Sprintf("%s: %s", where(toolAt(items, line), line), msg))
+			fe.Problems = append(fe.Problems, fmt.Sprintf("%s: %s", whereLine(line), msg))
 		}
 	}
 
 	chk := checker{} // no providers: Sync checks what depends on them
-	seen := map[string]int{}
-	out := make([]*store.Tool, 0, len(doc.Tools))
-	for i := range doc.Tools {
-		t, probs := convertTool(&doc.Tools[i])
+	seen := map[string]string{}
+	out := make([]*store.Tool, 0, len(doc.Tools)+len(doc.Connectors))
+	add := func(t *store.Tool, probs []fileProblem, at func(line int) string, self string, field func(string) string) {
 		unreadable := map[string]bool{}
 		for _, p := range probs {
 			unreadable[p.Field] = true
-			fe.Problems = append(fe.Problems, fmt.Sprintf("%s: %s: %s", where(i, p.line), p.Field, p.Description))
+			fe.Problems = append(fe.Problems, fmt.Sprintf("%s: %s: %s", at(p.line), p.Field, p.Description))
 		}
 		// Fields that could not be read are zero: their violations would
 		// only repeat the problem.
 		_, vs := chk.prepare(t)
 		for _, v := range vs {
-			if !unreadable[v.Field] {
-				fe.Problems = append(fe.Problems, fmt.Sprintf("%s: %s: %s", where(i, 0), v.Field, v.Description))
+			if f := field(v.Field); !unreadable[f] {
+				fe.Problems = append(fe.Problems, fmt.Sprintf("%s: %s: %s", at(0), f, v.Description))
 			}
 		}
-		if j, dup := seen[t.Name]; dup && t.Name != "" {
-			fe.Problems = append(fe.Problems, fmt.Sprintf("%s: tool.name: %q is also defined by tools[%d]", where(i, 0), t.Name, j))
+		if other, dup := seen[t.Name]; dup && t.Name != "" {
+			fe.Problems = append(fe.Problems, fmt.Sprintf("%s: %s: %q is also defined by %s", at(0), field("tool.name"), t.Name, other))
 		}
-		seen[t.Name] = i
+		seen[t.Name] = self
 		out = append(out, t)
+	}
+	for i := range doc.Tools {
+		t, probs := convertTool(&doc.Tools[i])
+		add(t, probs, func(line int) string { return where(i, line) }, fmt.Sprintf("tools[%d]", i), func(f string) string { return f })
+	}
+	for i := range doc.Connectors {
+		t, probs := convertConnector(&doc.Connectors[i])
+		add(t, probs, func(line int) string { return whereConn(i, line) }, fmt.Sprintf("connectors[%d]", i), fileField)
 	}
 	if len(fe.Problems) > 0 {
 		return nil, fe
@@ -213,8 +239,8 @@ func parseFile(path string, data []byte) ([]*store.Tool, error) {
 	return out, nil
 }
 
-// toolNodes returns the nodes of the items of the top-level "tools" list.
-func toolNodes(root *yaml.Node) []*yaml.Node {
+// listNodes returns the nodes of the items of a top-level list.
+func listNodes(root *yaml.Node, key string) []*yaml.Node {
 	if root.Kind != yaml.DocumentNode || len(root.Content) == 0 {
 		return nil
 	}
@@ -223,7 +249,7 @@ func toolNodes(root *yaml.Node) []*yaml.Node {
 		return nil
 	}
 	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == "tools" && m.Content[i+1].Kind == yaml.SequenceNode {
+		if m.Content[i].Value == key && m.Content[i+1].Kind == yaml.SequenceNode {
 			return m.Content[i+1].Content
 		}
 	}
@@ -289,20 +315,7 @@ func convertTool(ft *fileTool) (*store.Tool, []fileProblem) {
 	}
 	t.Timeout = parseDuration(ft.Timeout, "tool.timeout", bad)
 	t.ApprovalTTL = parseDuration(ft.ApprovalTTL, "tool.approval_ttl", bad)
-	for _, p := range ft.Policies {
-		var sp store.Policy
-		if p.SequentialDependency != nil {
-			sp.SequentialDependency = &store.SequentialDependency{Action: p.SequentialDependency.Action, Requires: p.SequentialDependency.Requires}
-		}
-		if p.ReadBeforeWrite != nil {
-			sp.ReadBeforeWrite = &store.ReadBeforeWrite{
-				ReadActions:   p.ReadBeforeWrite.ReadActions,
-				WriteActions:  p.ReadBeforeWrite.WriteActions,
-				CreateActions: p.ReadBeforeWrite.CreateActions,
-			}
-		}
-		t.Policies = append(t.Policies, sp)
-	}
+	t.Policies = convertPolicies(ft.Policies)
 	for i, fa := range ft.Actions {
 		path := fmt.Sprintf("tool.actions[%d]", i)
 		a := store.Action{Name: fa.Name, Description: fa.Description, ResourceArgument: fa.ResourceArgument}
@@ -328,6 +341,25 @@ func convertTool(ft *fileTool) (*store.Tool, []fileProblem) {
 	return t, probs
 }
 
+func convertPolicies(fps []filePolicy) []store.Policy {
+	var out []store.Policy
+	for _, p := range fps {
+		var sp store.Policy
+		if p.SequentialDependency != nil {
+			sp.SequentialDependency = &store.SequentialDependency{Action: p.SequentialDependency.Action, Requires: p.SequentialDependency.Requires}
+		}
+		if p.ReadBeforeWrite != nil {
+			sp.ReadBeforeWrite = &store.ReadBeforeWrite{
+				ReadActions:   p.ReadBeforeWrite.ReadActions,
+				WriteActions:  p.ReadBeforeWrite.WriteActions,
+				CreateActions: p.ReadBeforeWrite.CreateActions,
+			}
+		}
+		out = append(out, sp)
+	}
+	return out
+}
+
 func parseDuration(s, field string, bad func(string, int, string, ...any)) time.Duration {
 	if s == "" {
 		return 0
@@ -345,12 +377,8 @@ func nodeJSON(n *yaml.Node, field string, bad func(string, int, string, ...any))
 	if n.Kind == 0 {
 		return nil
 	}
-	v, err := yamlvalue.FromNode(n)
-	if err != nil {
-		bad(field, n.Line, "%v", err)
-		return nil
-	}
-	b, err := json.Marshal(v)
+	// Keys in the order written: the stored document is what agents get.
+	b, err := yamlvalue.JSON(n)
 	if err != nil {
 		bad(field, n.Line, "%v", err)
 		return nil

@@ -95,8 +95,12 @@ func TestLoadFileGood(t *testing.T) {
 	if props["count"].(map[string]any)["maximum"] != 1500.0 || props["text"].(map[string]any)["minLength"] != 1.0 {
 		t.Fatalf("schema converted wrongly: %s", say.InputSchema)
 	}
-	// A YAML timestamp stays the string it was written as.
-	if string(say.Examples[0].Input) != `{"count":2,"text":"hi","when":"2024-01-02"}` {
+	// Documents keep their keys in the order written (what agents get back
+	// byte for byte), and a YAML timestamp stays the string it was written as.
+	if want := `{"type":"object","properties":{"text":{"type":"string","minLength":1},"count":{"type":"integer","minimum":1,"maximum":1500},"when":{"type":"string"}},"required":["text"]}`; string(say.InputSchema) != want {
+		t.Fatalf("input schema\n got %s\nwant %s", say.InputSchema, want)
+	}
+	if string(say.Examples[0].Input) != `{"text":"hi","count":2,"when":"2024-01-02"}` {
 		t.Fatalf("example input %s", say.Examples[0].Input)
 	}
 	if echo.Actions[1].Risk != toolkit.RiskHigh || echo.Actions[1].InputSchema != nil {

@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/store"
@@ -31,6 +33,10 @@ type Options struct {
 	Store store.Store
 	// Providers bind tools to implementations, keyed by their ConnectorID.
 	Providers []tools.Provider
+	// Connectors binds and discovers tools declared as connectors; nil
+	// leaves them unbound (their calls answer that the connector is not
+	// served here).
+	Connectors tools.Connectors
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger; nil discards.
@@ -39,12 +45,13 @@ type Options struct {
 
 // Registry is the tool registry. It is safe for concurrent use.
 type Registry struct {
-	store     store.Store
-	providers map[string]tools.Provider
-	order     []tools.Provider // as given, for Builtins
-	check     checker
-	now       func() time.Time
-	log       *slog.Logger
+	store      store.Store
+	providers  map[string]tools.Provider
+	connectors tools.Connectors
+	order      []tools.Provider // as given, for Builtins
+	check      checker
+	now        func() time.Time
+	log        *slog.Logger
 
 	// cache is the current snapshot, replaced whole on every change.
 	cache atomic.Pointer[map[string]*Entry]
@@ -66,11 +73,12 @@ func New(o Options) (*Registry, error) {
 		return nil, errors.New("registry: a store is required")
 	}
 	r := &Registry{
-		store:     o.Store,
-		providers: make(map[string]tools.Provider, len(o.Providers)),
-		now:       o.Now,
-		log:       o.Logger,
-		applied:   make(map[string]uint64),
+		store:      o.Store,
+		connectors: o.Connectors,
+		providers:  make(map[string]tools.Provider, len(o.Providers)),
+		now:        o.Now,
+		log:        o.Logger,
+		applied:    make(map[string]uint64),
 	}
 	for _, p := range o.Providers {
 		if p == nil {
@@ -83,7 +91,7 @@ func New(o Options) (*Registry, error) {
 		r.providers[id] = p
 		r.order = append(r.order, p)
 	}
-	r.check = checker{providers: r.providers}
+	r.check = checker{providers: r.providers, connectors: o.Connectors}
 	if r.now == nil {
 		r.now = time.Now
 	}
@@ -262,13 +270,26 @@ func (r *Registry) reloadAll(ctx context.Context) error {
 // one taken after its commit (writeTicket). A read that started later sees
 // at least every commit that finished before it started, so a change is
 // applied only if no change with a later ticket was applied to that tool
-// already: an older read that finishes last never overwrites newer data. Within one incarnation of a tool (same CreatedAt)
-// versions only grow, so there the version decides instead, which keeps
+// already: an older read that finishes last never overwrites newer data.
+// Within one incarnation of a tool versions only grow, so there the version
+// decides instead, which keeps
 // concurrent writers on this replica from installing each other's older
 // versions. Either way, every commit is followed by a notification whose
 // reload takes a ticket after the commit, so the cache converges on what the
 // store holds.
 func (r *Registry) apply(ticket uint64, changes map[string]*Entry) {
+	forget := r.install(ticket, changes)
+	if r.connectors != nil {
+		// Not under mu: closing a session may take a moment.
+		for _, name := range forget {
+			r.connectors.Forget(name)
+		}
+	}
+}
+
+// install is apply's change of the snapshot; it returns the connector tools
+// it removed (or replaced by tools that are not connectors).
+func (r *Registry) install(ticket uint64, changes map[string]*Entry) (forget []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := *r.cache.Load()
@@ -279,7 +300,7 @@ func (r *Registry) apply(ticket uint64, changes map[string]*Entry) {
 	changed := false
 	for name, e := range changes {
 		old, cached := cur[name]
-		if cached && e != nil && old.Tool.CreatedAt.Equal(e.Tool.CreatedAt) {
+		if cached && e != nil && old.Tool.Incarnation == e.Tool.Incarnation {
 			r.applied[name] = max(r.applied[name], ticket)
 			if e.Tool.Version <= old.Tool.Version {
 				continue
@@ -296,10 +317,14 @@ func (r *Registry) apply(ticket uint64, changes map[string]*Entry) {
 		} else {
 			next[name] = e
 		}
+		if cached && old.Tool.Connector != nil && (e == nil || e.Tool.Connector == nil) {
+			forget = append(forget, name)
+		}
 	}
 	if changed {
 		r.cache.Store(&next)
 	}
+	return forget
 }
 
 // entryFor builds the cache entry of a stored tool: its schemas compiled and
@@ -317,6 +342,17 @@ func (r *Registry) entryFor(ctx context.Context, t *store.Tool) *Entry {
 	if len(e.actions) != len(t.Actions) {
 		e.compileErr = v.Err("stored definition is invalid")
 		r.log.ErrorContext(ctx, "stored tool has schemas that do not compile", "tool", t.Name, "version", t.Version, "error", e.compileErr)
+	}
+	if t.Connector != nil {
+		if r.connectors != nil {
+			impl, err := r.connectors.Bind(t)
+			if err != nil {
+				r.log.WarnContext(ctx, "connector tool cannot be served", "tool", t.Name, "error", err)
+			} else {
+				e.Impl = impl
+			}
+		}
+		return e
 	}
 	if p, ok := r.providers[t.ConnectorID]; ok {
 		impl, err := p.Bind(t)
@@ -381,6 +417,9 @@ type RegisterParams struct {
 	Source store.ToolSource
 	// Actor is the principal id recorded in audit events.
 	Actor string
+	// Reason, if set, is recorded in the audit event's detail (e.g.
+	// "discovery" for a change an MCP server's tool list made).
+	Reason string
 }
 
 // Register validates and creates or replaces a tool. Errors are
@@ -395,6 +434,21 @@ func (r *Registry) Register(ctx context.Context, p RegisterParams) (*store.Tool,
 	prep, v := r.check.prepare(p.Tool)
 	if len(v) > 0 {
 		return nil, false, v.Err("invalid tool definition")
+	}
+	if isMCPConnector(p.Tool) && r.connectors != nil {
+		// What the server offers is asked only of a valid definition (its
+		// command is not run before it passed validation).
+		def := cloneTool(p.Tool)
+		var cur *store.Tool
+		if e, ok := r.Lookup(def.Name); ok {
+			cur = e.Tool
+		}
+		if err := r.discoverInto(ctx, def, cur, true); err != nil {
+			return nil, false, err
+		}
+		if prep, v = r.check.prepare(def); len(v) > 0 {
+			return nil, false, v.Err("invalid tool definition with what the server offers")
+		}
 	}
 	if p.Source == "" {
 		p.Source = store.SourceAPI
@@ -426,10 +480,14 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 				return wouldStore(prep.tool, 1, time.Time{}, r.now()), true, nil
 			}
 			now := r.now()
+			// A new tool, even under a name used before: a new incarnation,
+			// which no earlier approval or preview was given for.
+			def := cloneTool(prep.tool)
+			def.Incarnation = newIncarnation()
 			t, err := r.store.CreateTool(ctx, store.CreateToolParams{
-				Tool:   cloneTool(prep.tool),
+				Tool:   def,
 				Now:    now,
-				Events: []store.AuditEvent{toolEvent(audit.ToolRegistered, now, p.Actor, name, 1, p.Source)},
+				Events: []store.AuditEvent{toolEvent(audit.ToolRegistered, now, p.Actor, name, 1, p.Source, p.Reason)},
 			})
 			if errors.Is(err, store.ErrConflict) {
 				continue // created concurrently: replace it
@@ -457,7 +515,7 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 			Tool:            cloneTool(prep.tool),
 			ExpectedVersion: cur.Version,
 			Now:             now,
-			Events:          []store.AuditEvent{toolEvent(audit.ToolUpdated, now, p.Actor, name, cur.Version+1, p.Source)},
+			Events:          []store.AuditEvent{toolEvent(audit.ToolUpdated, now, p.Actor, name, cur.Version+1, p.Source, p.Reason)},
 		})
 		switch {
 		case errors.Is(err, store.ErrConflict) && p.ExpectedVersion != 0:
@@ -503,10 +561,21 @@ func (r *Registry) Deregister(ctx context.Context, name string, expectedVersion 
 		if expectedVersion != 0 && cur.Version != expectedVersion {
 			return nil, fault.VersionConflict(name, expectedVersion, cur.Version)
 		}
+		now := r.now()
 		t, err := r.store.DeleteTool(ctx, store.DeleteToolParams{
 			Name:            name,
 			ExpectedVersion: cur.Version,
-			Events:          []store.AuditEvent{toolEvent(audit.ToolDeregistered, r.now(), actor, name, cur.Version, cur.Source)},
+			Now:             now,
+			Events:          []store.AuditEvent{toolEvent(audit.ToolDeregistered, now, actor, name, cur.Version, cur.Source, "")},
+			// What waits for the tool dies with it: a tool registered again
+			// under the name is another tool, and an approver must not be
+			// shown an approval that can never run.
+			ApprovalEventsFor: func(a *store.Approval) []store.AuditEvent {
+				return []store.AuditEvent{approvalInvalidatedEvent(a, now, actor)}
+			},
+			PreviewEventsFor: func(pv *store.Preview) []store.AuditEvent {
+				return []store.AuditEvent{previewExpiredEvent(pv, now, actor)}
+			},
 		})
 		switch {
 		case errors.Is(err, store.ErrNotFound):
@@ -577,6 +646,14 @@ func (r *Registry) Sync(ctx context.Context, source store.ToolSource, defs []*st
 			continue
 		}
 		prep, v := r.check.prepare(def)
+		if len(v) == 0 && isMCPConnector(def) && r.connectors != nil {
+			// A server that does not answer does not stop the sync: the
+			// tool keeps what was discovered before, or waits for it.
+			d := cloneTool(def)
+			if err := r.discoverInto(ctx, d, existing[name], false); err == nil {
+				prep, v = r.check.prepare(d)
+			}
+		}
 		if len(v) > 0 {
 			problems = append(problems, fmt.Errorf("tool %q: %w", name, v.Err("invalid tool definition")))
 			continue
@@ -635,12 +712,44 @@ func sortReport(rep SyncReport) SyncReport {
 	return rep
 }
 
+// newIncarnation returns a tool incarnation: random, never reused.
+func newIncarnation() string { return uuid.NewString() }
+
+// approvalInvalidatedEvent is the approval.invalidated event of an approval
+// whose tool was deregistered (by actor). The store hands it over as stored:
+// INVALIDATED, with ResolvedAt if an approver had approved it.
+func approvalInvalidatedEvent(a *store.Approval, now time.Time, actor string) store.AuditEvent {
+	was := store.ApprovalPending
+	if !a.ResolvedAt.IsZero() {
+		was = store.ApprovalApproved
+	}
+	return audit.NewDetail(audit.ApprovalInvalidated, store.AuditEvent{
+		Time: now, CallID: a.CallID, TraceID: a.TraceID, TaskID: a.TaskID, StepID: a.StepID,
+		Principal: a.Requester, Tool: a.Tool, Action: a.Action, Risk: a.Risk, Decision: store.DecisionConfirm,
+	}, map[string]any{
+		"approval_id": a.ID, "reason": "tool_deregistered", "was": string(was),
+		"approved_version": a.ToolVersion, "deregistered_by": actor,
+	})
+}
+
+// previewExpiredEvent is the preview.expired event of a preview whose tool
+// was deregistered (by actor). The token stays out of the trail.
+func previewExpiredEvent(p *store.Preview, now time.Time, actor string) store.AuditEvent {
+	return audit.NewDetail(audit.PreviewExpired, store.AuditEvent{
+		Time: now, CallID: p.CallID, Principal: p.PrincipalID, Tool: p.Tool, Action: p.Action,
+		Decision: store.DecisionPreview,
+	}, map[string]any{"reason": "tool_deregistered", "preview_version": p.ToolVersion, "deregistered_by": actor})
+}
+
 // toolEvent builds a tool.* audit event.
-func toolEvent(typ string, now time.Time, actor, name string, version int64, source store.ToolSource) store.AuditEvent {
-	return audit.New(typ, store.AuditEvent{
+func toolEvent(typ string, now time.Time, actor, name string, version int64, source store.ToolSource, reason string) store.AuditEvent {
+	detail := map[string]any{"version": version, "source": string(source)}
+	if reason != "" {
+		detail["reason"] = reason
+	}
+	return audit.NewDetail(typ, store.AuditEvent{
 		Time:      now,
 		Principal: actor,
 		Tool:      name,
-		Detail:    map[string]any{"version": version, "source": string(source)},
-	})
+	}, detail)
 }

@@ -39,7 +39,7 @@ func checkEvent(t *testing.T, ev *store.AuditEvent, typ, actor, tool string, ver
 	if ev.Type != typ || ev.Principal != actor || ev.Tool != tool {
 		t.Fatalf("event %s by %s on %s, want %s by %s on %s", ev.Type, ev.Principal, ev.Tool, typ, actor, tool)
 	}
-	if fmt.Sprint(ev.Detail["version"]) != fmt.Sprint(version) || ev.Detail["source"] != string(source) {
+	if fmt.Sprint(ev.DetailMap()["version"]) != fmt.Sprint(version) || ev.DetailMap()["source"] != string(source) {
 		t.Fatalf("event detail %v, want version %d source %s", ev.Detail, version, source)
 	}
 	if ev.ID == "" || ev.Time.IsZero() {
@@ -89,10 +89,16 @@ func TestRegisterCreateUpdateNoop(t *testing.T) {
 	}
 	checkEvent(t, evs[0], audit.ToolRegistered, "alice", "echo", 1, store.SourceAPI)
 
-	// The same definition again (the stored one reordered and respaced):
-	// nothing changes.
+	// The stored schema is the registered document, compacted, keys in the
+	// order given.
+	if want := `{"type":"object","properties":{"text":{"type":"string","minLength":1},"count":{"type":"integer","minimum":1},"colours":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"}}}}},"required":["text"]}`; string(got.Actions[0].InputSchema) != want {
+		t.Fatalf("stored schema\n got %s\nwant %s", got.Actions[0].InputSchema, want)
+	}
+
+	// The same definition again (respaced): nothing changes.
 	same := goodTool()
-	same.Actions[0].InputSchema = []byte(` {"required":["text"], "type":"object","properties":{"count":{"minimum":1,"type":"integer"},"text":{"minLength":1,"type":"string"},"colours":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"}}}}}}`)
+	same.Actions[0].InputSchema = []byte(` {"type":"object" ,"properties":{"text":{"type":"string","minLength":1},
+		"count":{"type":"integer","minimum":1},"colours":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"}}}}},"required":["text"]}`)
 	same.Timeout = DefaultTimeout
 	got, created, err = r.Register(ctx, RegisterParams{Tool: same, Actor: "bob"})
 	if err != nil {
@@ -131,6 +137,19 @@ func TestRegisterCreateUpdateNoop(t *testing.T) {
 	g.Actions[0].Name = "mutated"
 	if e, _ := r.Lookup("echo"); e.Tool.Actions[0].Name != "say" {
 		t.Fatal("Get returned the cached tool itself")
+	}
+
+	// A reordered schema is a change too: the order of properties is what the model
+	// is shown, and what agents compare.
+	reordered := goodTool()
+	reordered.Description = changed.Description
+	reordered.Actions[0].InputSchema = []byte(`{"required":["text"],"type":"object","properties":{"count":{"minimum":1,"type":"integer"},"text":{"minLength":1,"type":"string"},"colours":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"}}}}}}`)
+	got, _, err = r.Register(ctx, RegisterParams{Tool: reordered, Actor: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Version != 3 || string(got.Actions[0].InputSchema) != string(reordered.Actions[0].InputSchema) {
+		t.Fatalf("reordered: version %d schema %s", got.Version, got.Actions[0].InputSchema)
 	}
 }
 
@@ -288,6 +307,46 @@ func TestDeregister(t *testing.T) {
 
 	_, err = r.Deregister(ctx, "echo", 0, "bob")
 	wantFault(t, err, fault.NotFound, fault.ReasonToolNotFound)
+}
+
+// TestIncarnation: a tool gets a new incarnation when it is created, keeps
+// it through updates and no-op registrations, and gets another when its
+// name is registered again after a deregistration (version 1 again).
+func TestIncarnation(t *testing.T) {
+	ctx := context.Background()
+	st := newMemoryStore(t)
+	r := newTestRegistry(t, st)
+	created, _, err := r.Register(ctx, RegisterParams{Tool: goodTool(), Actor: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(created.Incarnation) != 36 {
+		t.Fatalf("incarnation %q", created.Incarnation)
+	}
+	same, _, err := r.Register(ctx, RegisterParams{Tool: goodTool(), Actor: "alice"})
+	if err != nil || same.Version != 1 || same.Incarnation != created.Incarnation {
+		t.Fatalf("no-op register: %+v, %v", same, err)
+	}
+	changed := goodTool()
+	changed.Description = "changed"
+	changed.Incarnation = "chosen by the caller" // ignored
+	updated, _, err := r.Register(ctx, RegisterParams{Tool: changed, Actor: "alice"})
+	if err != nil || updated.Version != 2 || updated.Incarnation != created.Incarnation {
+		t.Fatalf("update: %+v, %v", updated, err)
+	}
+	if e, _ := r.Lookup("echo"); e.Tool.Incarnation != created.Incarnation {
+		t.Fatalf("cached incarnation %q", e.Tool.Incarnation)
+	}
+	if _, err := r.Deregister(ctx, "echo", 0, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	again, isNew, err := r.Register(ctx, RegisterParams{Tool: goodTool(), Actor: "alice"})
+	if err != nil || !isNew || again.Version != 1 || again.Incarnation == "" || again.Incarnation == created.Incarnation {
+		t.Fatalf("registered again: %+v, %v, %v", again, isNew, err)
+	}
+	if e, _ := r.Lookup("echo"); e.Tool.Incarnation != again.Incarnation || e.Tool.Version != 1 {
+		t.Fatalf("cache after re-registration: %+v", e.Tool)
+	}
 }
 
 func TestList(t *testing.T) {
@@ -661,8 +720,8 @@ func TestConcurrentRegister(t *testing.T) {
 		if i == 0 {
 			want = audit.ToolRegistered
 		}
-		if ev.Type != want || fmt.Sprint(ev.Detail["version"]) != fmt.Sprint(i+1) {
-			t.Fatalf("event %d: %s version %v", i, ev.Type, ev.Detail["version"])
+		if ev.Type != want || fmt.Sprint(ev.DetailMap()["version"]) != fmt.Sprint(i+1) {
+			t.Fatalf("event %d: %s version %v", i, ev.Type, ev.DetailMap()["version"])
 		}
 	}
 	eventually(t, "the cache holds the last version", func() bool {
@@ -749,9 +808,9 @@ func TestRegisterRetriesConcurrentChanges(t *testing.T) {
 
 func TestApplyOrdering(t *testing.T) {
 	r := newTestRegistry(t, newMemoryStore(t))
-	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	entry := func(version int64, created time.Time) *Entry {
-		return &Entry{Tool: &store.Tool{Name: "echo", Version: version, CreatedAt: created}}
+	const first, second = "incarnation-1", "incarnation-2"
+	entry := func(version int64, incarnation string) *Entry {
+		return &Entry{Tool: &store.Tool{Name: "echo", Version: version, Incarnation: incarnation}}
 	}
 	version := func() int64 {
 		e, ok := r.Lookup("echo")
@@ -760,20 +819,20 @@ func TestApplyOrdering(t *testing.T) {
 		}
 		return e.Tool.Version
 	}
-	r.apply(10, map[string]*Entry{"echo": entry(3, t0)})
+	r.apply(10, map[string]*Entry{"echo": entry(3, first)})
 	// A read that started earlier and returns older data is ignored.
-	r.apply(5, map[string]*Entry{"echo": entry(2, t0)})
+	r.apply(5, map[string]*Entry{"echo": entry(2, first)})
 	if version() != 3 {
 		t.Fatalf("stale read applied: version %d", version())
 	}
 	// A later read of an older version of the same incarnation is ignored
 	// too: versions of one incarnation only grow.
-	r.apply(11, map[string]*Entry{"echo": entry(2, t0)})
+	r.apply(11, map[string]*Entry{"echo": entry(2, first)})
 	if version() != 3 {
 		t.Fatalf("older version applied: version %d", version())
 	}
 	// A newer version of the same incarnation wins even from an older ticket.
-	r.apply(9, map[string]*Entry{"echo": entry(4, t0)})
+	r.apply(9, map[string]*Entry{"echo": entry(4, first)})
 	if version() != 4 {
 		t.Fatalf("newer version ignored: version %d", version())
 	}
@@ -788,13 +847,20 @@ func TestApplyOrdering(t *testing.T) {
 	}
 	// A stale read from before the removal does not resurrect the tool; a
 	// new incarnation read later does appear.
-	r.apply(7, map[string]*Entry{"echo": entry(4, t0)})
+	r.apply(7, map[string]*Entry{"echo": entry(4, first)})
 	if version() != 0 {
 		t.Fatal("removed tool resurrected by a stale read")
 	}
-	r.apply(13, map[string]*Entry{"echo": entry(1, t0.Add(time.Hour))})
+	r.apply(13, map[string]*Entry{"echo": entry(1, second)})
 	if version() != 1 {
 		t.Fatalf("recreated tool not applied: version %d", version())
+	}
+	// Another incarnation read later replaces the cached one even at a
+	// lower version (a tool deregistered and registered again starts at 1).
+	r.apply(14, map[string]*Entry{"echo": entry(3, second)})
+	r.apply(15, map[string]*Entry{"echo": entry(1, "incarnation-3")})
+	if e, _ := r.Lookup("echo"); e.Tool.Incarnation != "incarnation-3" || e.Tool.Version != 1 {
+		t.Fatalf("cached %+v after a new incarnation", e.Tool)
 	}
 }
 
@@ -807,6 +873,7 @@ func TestLoadKeepsToolsThatNoLongerValidate(t *testing.T) {
 	odd := fileDef("odd", "run")
 	odd.ConnectorID = "elsewhere"
 	odd.Actions[0].InputSchema = []byte(`{"type":"object","properties":{"n":{"type":"integer","minimum":"one"}}}`)
+	odd.Incarnation = "inc-odd"
 	if _, err := st.CreateTool(ctx, store.CreateToolParams{Tool: odd, Now: time.Now()}); err != nil {
 		t.Fatal(err)
 	}

@@ -196,7 +196,9 @@ func schemaProperties(doc any) map[string]any {
 
 // canonicalJSON re-encodes a JSON document with sorted keys and no
 // insignificant space, so that documents equal in meaning compare equal
-// byte for byte (a store may reorder keys, as Postgres jsonb does).
+// byte for byte. Only what an upstream server reports is compared this way
+// (it may list the same schema with its keys in another order); what an
+// operator registers keeps its key order, which is what the model sees.
 func canonicalJSON(raw json.RawMessage) (json.RawMessage, error) {
 	if len(raw) == 0 {
 		return nil, nil

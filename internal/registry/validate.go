@@ -10,10 +10,13 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/toolsvc/toolsvc/internal/connector"
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/tools"
 	"github.com/toolsvc/toolsvc/toolkit"
@@ -46,8 +49,10 @@ type prepared struct {
 
 // checker validates definitions. providers is nil when no provider is known
 // (a tools file checked on its own): provider-dependent rules are skipped.
+// connectors, when set, binds tools declared as connectors.
 type checker struct {
-	providers map[string]tools.Provider
+	providers  map[string]tools.Provider
+	connectors tools.Connectors
 }
 
 // normalize returns a deep copy of t as it would be stored: descriptions
@@ -55,7 +60,10 @@ type checker struct {
 // empty lists nil, output-only fields cleared.
 func normalize(t *store.Tool) *store.Tool {
 	n := cloneTool(t)
-	n.Version, n.CreatedAt, n.UpdatedAt = 0, time.Time{}, time.Time{}
+	n.Version, n.CreatedAt, n.UpdatedAt, n.Incarnation = 0, time.Time{}, time.Time{}, ""
+	if n.Connector != nil {
+		applyConnector(n)
+	}
 	n.Description = strings.TrimSpace(n.Description)
 	if n.ProviderType == "" {
 		n.ProviderType = store.ProviderNative
@@ -99,6 +107,39 @@ func normalize(t *store.Tool) *store.Tool {
 	return n
 }
 
+// applyConnector derives what a connector definition decides: the connector
+// id (the tool's own name), a description when none is given, the provider
+// type, the default risk when unset
+// (MEDIUM for an HTTP API; for an MCP server LOW, which leaves the risk of
+// each action to its annotations), the actions and preview support.
+func applyConnector(t *store.Tool) {
+	t.Connector = connector.Normalize(t.Connector)
+	if t.ConnectorID == "" {
+		t.ConnectorID = t.Name
+	}
+	switch t.Connector.Type {
+	case connector.TypeMCP:
+		if t.ProviderType == "" {
+			t.ProviderType = store.ProviderMCP
+		}
+		if t.DefaultRisk == toolkit.RiskUnspecified {
+			t.DefaultRisk = toolkit.RiskLow
+		}
+	case connector.TypeHTTP:
+		if t.ProviderType == "" {
+			t.ProviderType = store.ProviderNative
+		}
+		if t.DefaultRisk == toolkit.RiskUnspecified {
+			t.DefaultRisk = toolkit.RiskMedium
+		}
+	}
+	if strings.TrimSpace(t.Description) == "" {
+		t.Description = defaultDescription(t.Connector.Type, t.Name)
+	}
+	t.Actions = t.Connector.ToolActions(t.DefaultRisk)
+	t.SupportsPreview = t.Connector.SupportsPreview()
+}
+
 // compact removes insignificant space from a JSON document; an invalid one is
 // kept as it is (validation reports it). JSON null counts as absent.
 func compact(raw json.RawMessage) json.RawMessage {
@@ -135,13 +176,15 @@ func (c checker) prepare(in *store.Tool) (*prepared, fault.Violations) {
 
 	checkName(&v, "tool.name", t.Name)
 	checkDescription(&v, "tool.description", t.Description)
-	if t.ConnectorID == "" {
+	switch {
+	case t.ConnectorID == "":
 		v.Add("tool.connector_id", "is required")
-	} else if !namePattern.MatchString(t.ConnectorID) {
+	case !v.CheckText("tool.connector_id", t.ConnectorID):
+	case !namePattern.MatchString(t.ConnectorID):
 		v.Add("tool.connector_id", "must match ^[a-z0-9_-]{1,64}$")
 	}
 	if t.ProviderType != store.ProviderNative && t.ProviderType != store.ProviderMCP {
-		v.Add("tool.provider_type", "must be native or mcp, not %q", t.ProviderType)
+		v.Add("tool.provider_type", "must be native or mcp, not %s", safetext.Quote(string(t.ProviderType)))
 	}
 	checkLabels(&v, "tool.capabilities", t.Capabilities)
 	checkLabels(&v, "tool.required_scopes", t.RequiredScopes)
@@ -163,11 +206,19 @@ func (c checker) prepare(in *store.Tool) (*prepared, fault.Violations) {
 	case t.ApprovalTTL > MaxApprovalTTL:
 		v.Add("tool.approval_ttl", "must be at most 168h (7 days), not %s", t.ApprovalTTL)
 	}
-	if why := credentialLike(t.ConfigRef); why != "" {
-		v.Add("tool.config_ref", "must be a reference to configuration, not a credential: %s", why)
+	if v.CheckText("tool.config_ref", t.ConfigRef) {
+		if why := credentialLike(t.ConfigRef); why != "" {
+			v.Add("tool.config_ref", "must be a reference to configuration, not a credential: %s", why)
+		}
 	}
 
-	if len(t.Actions) == 0 {
+	// An MCP connector's actions are what its server offers: before the
+	// first discovery there may be none.
+	undiscovered := t.Connector != nil && t.Connector.Type == connector.TypeMCP && len(t.Actions) == 0
+	if t.Connector != nil {
+		checkConnector(&v, in, t)
+	}
+	if len(t.Actions) == 0 && !undiscovered && (t.Connector == nil || t.Connector.Type != connector.TypeHTTP) {
 		v.Add("tool.actions", "at least one action is required")
 	}
 	seen := make(map[string]int, len(t.Actions))
@@ -176,7 +227,7 @@ func (c checker) prepare(in *store.Tool) (*prepared, fault.Violations) {
 		path := fmt.Sprintf("tool.actions[%d]", i)
 		checkName(&v, path+".name", a.Name)
 		if j, dup := seen[a.Name]; dup && a.Name != "" {
-			v.Add(path+".name", "duplicate action name %q (also actions[%d])", a.Name, j)
+			v.Add(path+".name", "duplicate action name %s (also actions[%d])", safetext.Quote(a.Name), j)
 		} else {
 			seen[a.Name] = i
 		}
@@ -188,7 +239,18 @@ func (c checker) prepare(in *store.Tool) (*prepared, fault.Violations) {
 			p.actions[a.Name] = ca
 		}
 	}
-	checkPolicies(&v, t)
+	if !undiscovered {
+		checkPolicies(&v, t)
+	}
+	if t.Connector != nil && t.Connector.Type == connector.TypeHTTP {
+		// An HTTP connector's actions are its declared ones, in order: name
+		// their problems where the definition has them.
+		for i := range v {
+			if strings.HasPrefix(v[i].Field, "tool.actions[") {
+				v[i].Field = "tool.connector." + strings.TrimPrefix(v[i].Field, "tool.")
+			}
+		}
+	}
 	c.bind(&v, p)
 	if len(v) > 0 {
 		return nil, v
@@ -196,11 +258,38 @@ func (c checker) prepare(in *store.Tool) (*prepared, fault.Violations) {
 	return p, nil
 }
 
+// checkConnector validates what is particular to a tool declared as a
+// connector: in is the definition as given, t normalized.
+func checkConnector(v *fault.Violations, in, t *store.Tool) {
+	if in.ConnectorID != "" && in.ConnectorID != in.Name {
+		v.Add("tool.connector_id", "a connector is served under its own name: leave connector_id empty or set it to %q", in.Name)
+	}
+	want := store.ProviderNative
+	if t.Connector.Type == connector.TypeMCP {
+		want = store.ProviderMCP
+	}
+	if (t.Connector.Type == connector.TypeMCP || t.Connector.Type == connector.TypeHTTP) && t.ProviderType != want {
+		v.Add("tool.provider_type", "must be %s (or unset) for a connector of type %s", want, t.Connector.Type)
+	}
+	connector.Check(v, "tool.connector", t.Connector, credentialLike)
+}
+
 // checkAction validates an action's schemas, examples and resource argument
 // and returns its compiled schemas (nil if they do not compile).
 func checkAction(v *fault.Violations, path string, a *store.Action) *compiledAction {
 	ca := &compiledAction{}
 	ok := true
+	for _, doc := range []struct {
+		field string
+		raw   json.RawMessage
+	}{{".input_schema", a.InputSchema}, {".output_schema", a.OutputSchema}} {
+		if !utf8.Valid(doc.raw) {
+			// Go's decoder would quietly replace the bytes; the stored
+			// document would not be the one registered.
+			v.Add(path+doc.field, "must be valid UTF-8")
+			return nil
+		}
+	}
 	var inputDoc any
 	if len(a.InputSchema) == 0 {
 		sch, err := compileSchema(noArgumentsSchema())
@@ -236,14 +325,22 @@ func checkAction(v *fault.Violations, path string, a *store.Action) *compiledAct
 			ca.output = sch
 		}
 	}
-	if a.ResourceArgument != "" {
+	if a.ResourceArgument != "" && v.CheckText(path+".resource_argument", a.ResourceArgument) {
 		if _, declared := schemaProperties(inputDoc)[a.ResourceArgument]; !declared {
-			v.Add(path+".resource_argument", "%q is not a property of the input schema", a.ResourceArgument)
+			v.Add(path+".resource_argument", "%s is not a property of the input schema", safetext.Quote(a.ResourceArgument))
 		}
 	}
 	for j, ex := range a.Examples {
 		ep := fmt.Sprintf("%s.examples[%d]", path, j)
-		if len(ex.Description) > maxDescription {
+		for _, doc := range []struct {
+			field string
+			raw   json.RawMessage
+		}{{".input", ex.Input}, {".output", ex.Output}} {
+			if !utf8.Valid(doc.raw) {
+				v.Add(ep+doc.field, "must be valid UTF-8")
+			}
+		}
+		if v.CheckText(ep+".description", ex.Description) && len(ex.Description) > maxDescription {
 			v.Add(ep+".description", "must be at most %d characters, has %d", maxDescription, len(ex.Description))
 		}
 		if ca.input != nil {
@@ -295,9 +392,12 @@ func checkPolicies(v *fault.Violations, t *store.Tool) {
 		actions[t.Actions[i].Name] = &t.Actions[i]
 	}
 	own := func(path, name string) *store.Action {
+		if !v.CheckText(path, name) {
+			return nil
+		}
 		a, ok := actions[name]
 		if !ok {
-			v.Add(path, "names no action of this tool: %q", name)
+			v.Add(path, "names no action of this tool: %s", safetext.Quote(name))
 		}
 		return a
 	}
@@ -319,12 +419,12 @@ func checkPolicies(v *fault.Violations, t *store.Tool) {
 					// Another tool's action: it may not be registered yet, so
 					// only the syntax is checked.
 					if !namePattern.MatchString(tool) || !namePattern.MatchString(action) {
-						v.Add(rp, "must be an action name or tool.action, not %q", req)
+						v.Add(rp, "must be an action name or tool.action, not %s", safetext.Quote(req))
 					}
 					continue
 				}
 				if own(rp, req) != nil && req == sd.Action {
-					v.Add(rp, "action %q cannot require itself", req)
+					v.Add(rp, "action %s cannot require itself", safetext.Quote(req))
 				}
 			}
 		case pol.ReadBeforeWrite != nil:
@@ -352,10 +452,10 @@ func checkPolicies(v *fault.Violations, t *store.Tool) {
 						continue
 					}
 					if a.ResourceArgument == "" {
-						v.Add(ap, "action %q has no resource_argument, which read_before_write needs", name)
+						v.Add(ap, "action %s has no resource_argument, which read_before_write needs", safetext.Quote(name))
 					}
 					if l.field == "create_actions" && !writes[name] {
-						v.Add(ap, "action %q must also be one of write_actions", name)
+						v.Add(ap, "action %s must also be one of write_actions", safetext.Quote(name))
 					}
 				}
 			}
@@ -371,6 +471,10 @@ func checkPolicies(v *fault.Violations, t *store.Tool) {
 // exist in the implementation, and preview support is the implementation's.
 func (c checker) bind(v *fault.Violations, p *prepared) {
 	t := p.tool
+	if t.Connector != nil {
+		c.bindConnector(v, p)
+		return
+	}
 	if c.providers == nil || !namePattern.MatchString(t.ConnectorID) {
 		return
 	}
@@ -409,7 +513,7 @@ func (c checker) bind(v *fault.Violations, p *prepared) {
 		}
 		for i, a := range t.Actions {
 			if !have[a.Name] {
-				v.Add(fmt.Sprintf("tool.actions[%d].name", i), "the implementation of connector %q has no action %q", t.ConnectorID, a.Name)
+				v.Add(fmt.Sprintf("tool.actions[%d].name", i), "the implementation of connector %q has no action %s", t.ConnectorID, safetext.Quote(a.Name))
 			}
 		}
 	}
@@ -432,18 +536,38 @@ func (c checker) bind(v *fault.Violations, p *prepared) {
 	p.impl = impl
 }
 
+// bindConnector binds a tool declared as a connector. An HTTP connector
+// that cannot be served is refused; an MCP connector never is (its server
+// may be down now and up later).
+func (c checker) bindConnector(v *fault.Violations, p *prepared) {
+	if c.connectors == nil || len(*v) > 0 {
+		return
+	}
+	impl, err := c.connectors.Bind(p.tool)
+	if err != nil {
+		if p.tool.Connector.Type == connector.TypeHTTP {
+			v.Add("tool.connector", "cannot be served: %v", err)
+		}
+		return
+	}
+	p.impl = impl
+}
+
 func checkName(v *fault.Violations, field, name string) {
 	switch {
 	case name == "":
 		v.Add(field, "is required")
+	case !v.CheckText(field, name):
 	case !namePattern.MatchString(name):
-		v.Add(field, "must match ^[a-z0-9_-]{1,64}$, not %q", truncate(name, 80))
+		v.Add(field, "must match ^[a-z0-9_-]{1,64}$, not %s", safetext.Quote(name))
 	}
 }
 
 // checkDescription checks an already trimmed description.
 func checkDescription(v *fault.Violations, field, d string) {
 	switch {
+	case !v.CheckText(field, d):
+		return
 	case d == "":
 		v.Add(field, "is required (1-%d ASCII characters)", maxDescription)
 	case len(d) > maxDescription:
@@ -465,22 +589,16 @@ func checkLabels(v *fault.Violations, field string, labels []string) {
 		switch {
 		case l == "":
 			v.Add(p, "must not be empty")
+		case !v.CheckText(p, l):
 		case strings.IndexFunc(l, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
-			v.Add(p, "must not contain whitespace: %q", truncate(l, 80))
+			v.Add(p, "must not contain whitespace: %s", safetext.Quote(l))
 		case len(l) > maxLabel:
 			v.Add(p, "must be at most %d characters", maxLabel)
 		case seen[l]:
-			v.Add(p, "duplicate %q", l)
+			v.Add(p, "duplicate %s", safetext.Quote(l))
 		}
 		seen[l] = true
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // Credentials refused in config_ref, by their well-known prefixes.
@@ -631,6 +749,7 @@ func cloneTool(t *store.Tool) *store.Tool {
 			c.Policies[i] = np
 		}
 	}
+	c.Connector = t.Connector.Clone()
 	return &c
 }
 
@@ -650,33 +769,58 @@ func cloneRaw(r json.RawMessage) json.RawMessage {
 
 // sameDefinition reports whether two tools have the same definition (and
 // source): registering one over the other would change nothing. Both must be
-// normalized; JSON documents are compared by meaning, not bytes.
+// normalized (their JSON documents compacted). JSON documents are compared
+// byte for byte, key order included: the order of a schema's properties is
+// part of what a model is shown, and agents cache and compare the stored
+// bytes (Action.input_schema_json), so a reordered document is a new
+// version. Only insignificant space is not a change.
 func sameDefinition(a, b *store.Tool) bool {
 	ca, errA := definitionKey(a)
 	cb, errB := definitionKey(b)
 	return errA == nil && errB == nil && bytes.Equal(ca, cb)
 }
 
-// definitionKey is the canonical encoding of a tool's definition.
+// definitionKey is the encoding of a tool's definition that sameDefinition
+// compares.
 func definitionKey(t *store.Tool) ([]byte, error) {
 	n := normalize(t)
 	n.Source = t.Source
-	for i := range n.Actions {
-		a := &n.Actions[i]
-		var err error
-		if a.InputSchema, err = canonicalJSON(a.InputSchema); err != nil {
-			return nil, err
-		}
-		if a.OutputSchema, err = canonicalJSON(a.OutputSchema); err != nil {
-			return nil, err
-		}
-		for j := range a.Examples {
-			ex := &a.Examples[j]
-			if ex.Input, err = canonicalJSON(ex.Input); err != nil {
+	if c := n.Connector; c != nil {
+		// Servers may list the same schema with its keys in another order:
+		// that is no change.
+		for i := range c.Discovered {
+			var err error
+			if c.Discovered[i].InputSchema, err = canonicalJSON(c.Discovered[i].InputSchema); err != nil {
 				return nil, err
 			}
-			if ex.Output, err = canonicalJSON(ex.Output); err != nil {
+		}
+		for i := range c.Actions {
+			var err error
+			if c.Actions[i].InputSchema, err = canonicalJSON(c.Actions[i].InputSchema); err != nil {
 				return nil, err
+			}
+			if c.Actions[i].OutputSchema, err = canonicalJSON(c.Actions[i].OutputSchema); err != nil {
+				return nil, err
+			}
+		}
+		// The actions derived from what the server lists, likewise.
+		for i := range n.Actions {
+			a := &n.Actions[i]
+			var err error
+			if a.InputSchema, err = canonicalJSON(a.InputSchema); err != nil {
+				return nil, err
+			}
+			if a.OutputSchema, err = canonicalJSON(a.OutputSchema); err != nil {
+				return nil, err
+			}
+			for j := range a.Examples {
+				ex := &a.Examples[j]
+				if ex.Input, err = canonicalJSON(ex.Input); err != nil {
+					return nil, err
+				}
+				if ex.Output, err = canonicalJSON(ex.Output); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}

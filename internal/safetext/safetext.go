@@ -8,6 +8,8 @@
 package safetext
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -85,3 +87,53 @@ func Bound(s string, max int) string { return Truncate(Clean(s), max) }
 // Quote returns s bounded to QuoteLimit bytes and Go-quoted, for error
 // messages that name what a caller sent without echoing unbounded input.
 func Quote(s string) string { return strconv.Quote(Bound(s, QuoteLimit)) }
+
+// JSON returns raw, a JSON document, as valid UTF-8: raw itself when it is
+// already, else the document re-encoded (encoding/json) with every invalid
+// byte sequence in its strings replaced by U+FFFD; numbers keep their text.
+// Postgres refuses invalid UTF-8 in json columns and protobuf in strings,
+// while Go's encoder passes a json.RawMessage through unchecked: tools and
+// upstream servers that hand back raw JSON are cleaned with it before it is
+// stored. NUL stays (escaped as \u0000, it is valid JSON text). It fails
+// only if raw is not JSON.
+func JSON(raw []byte) ([]byte, error) {
+	if utf8.Valid(raw) {
+		return raw, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err == nil {
+		return nil, errors.New("invalid JSON: data after the document")
+	}
+	return json.Marshal(v)
+}
+
+// Depth returns how deeply the JSON text b nests objects and arrays (0 for
+// a scalar). It scans without decoding; b should be JSON.
+func Depth(b []byte) int {
+	d, deepest := 0, 0
+	in, esc := false, false
+	for _, c := range b {
+		switch {
+		case in && esc:
+			esc = false
+		case in && c == '\\':
+			esc = true
+		case in && c == '"':
+			in = false
+		case in:
+		case c == '"':
+			in = true
+		case c == '{' || c == '[':
+			d++
+			deepest = max(deepest, d)
+		case c == '}' || c == ']':
+			d--
+		}
+	}
+	return deepest
+}

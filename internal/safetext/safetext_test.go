@@ -69,3 +69,32 @@ func FuzzBound(f *testing.F) {
 		}
 	})
 }
+
+func TestJSON(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"a":"x"}`, `{"a":"x"}`}, // valid: itself, byte for byte
+		{`{ "a" : "\u0000" }`, `{ "a" : "\u0000" }`},
+		{"{\"a\":\"x\xffy\",\"n\":12345678901234567890}", "{\"a\":\"x\uFFFDy\",\"n\":12345678901234567890}"},
+		{"[\"\xe6\x97\"]", "[\"\uFFFD\uFFFD\"]"},
+	} {
+		got, err := JSON([]byte(tc.in))
+		if err != nil || string(got) != tc.want {
+			t.Errorf("JSON(%q) = %s, %v; want %s", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"{\xff", "[1] [2]\xff"} {
+		if _, err := JSON([]byte(bad)); err == nil {
+			t.Errorf("JSON(%q): no error", bad)
+		}
+	}
+}
+
+func TestDepth(t *testing.T) {
+	for in, want := range map[string]int{
+		`1`: 0, `"[{"`: 0, `[]`: 1, `{"a":[1,{"b":"]]]"}]}`: 3, `[[["\"["]]]`: 3,
+	} {
+		if got := Depth([]byte(in)); got != want {
+			t.Errorf("Depth(%s) = %d, want %d", in, got, want)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 )
 
 // ErrNotFound: the store has no value for the connector and key.
@@ -60,11 +61,35 @@ func (Secret) MarshalText() ([]byte, error) { return []byte(Redacted), nil }
 // LogValue implements slog.LogValuer.
 func (Secret) LogValue() slog.Value { return slog.StringValue(Redacted) }
 
-// MissingError is a missing secret: a clear failure naming the connector
-// and the key.
-func MissingError(connectorID, key string) error {
-	return fmt.Errorf("connector %q: secret %q is not set: %w", connectorID, key, ErrNotFound)
+// NotSetError is a missing secret: a clear failure naming the connector
+// and the key, and where the stores looked (Looked: "environment variable
+// TOOLSVC_SECRET_BILLING_API_KEY", "file /run/secrets/billing/api_key").
+// It matches ErrNotFound.
+type NotSetError struct {
+	Connector string
+	Key       string
+	Looked    []string
 }
+
+func (e *NotSetError) Error() string {
+	msg := fmt.Sprintf("connector %q: secret %q is not set", e.Connector, e.Key)
+	if len(e.Looked) > 0 {
+		msg += " (looked for " + strings.Join(e.Looked, " and ") + ")"
+	}
+	return msg
+}
+
+// Is makes a NotSetError match ErrNotFound.
+func (e *NotSetError) Is(target error) bool { return target == ErrNotFound }
+
+// Missing returns the failure for a secret that is not set; looked says
+// where (it may be empty).
+func Missing(connectorID, key string, looked ...string) error {
+	return &NotSetError{Connector: connectorID, Key: key, Looked: looked}
+}
+
+// MissingError is Missing without saying where the stores looked.
+func MissingError(connectorID, key string) error { return Missing(connectorID, key) }
 
 // Ref points at a secret: the key in the connector's secrets, and an
 // optional prefix put before the value when it is used ("Bearer ").
@@ -88,11 +113,51 @@ func (v Value) Resolve(ctx context.Context, st Store, connectorID string) (Secre
 		return New(v.Literal), nil
 	}
 	if st == nil {
-		return Secret{}, MissingError(connectorID, v.Secret.Key)
+		return Secret{}, Missing(connectorID, v.Secret.Key)
 	}
 	s, err := st.Get(ctx, connectorID, v.Secret.Key)
 	if err != nil {
 		return Secret{}, err
 	}
 	return New(v.Secret.Prefix + s.Reveal()), nil
+}
+
+// Redacted returns the value as it may be shown (a preview, a log line): a
+// literal as it is, a reference as its prefix followed by Redacted.
+func (v Value) Redacted() string {
+	if v.Secret == nil {
+		return v.Literal
+	}
+	return v.Secret.Prefix + Redacted
+}
+
+// IsSecret reports whether the value is a reference to a secret.
+func (v Value) IsSecret() bool { return v.Secret != nil }
+
+// MaxKeyLength bounds a secret key.
+const MaxKeyLength = 128
+
+// CheckKey says why key cannot name a secret, or returns nil. A key is 1-128
+// characters of A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter or a
+// digit: it is a file name in a directory store (so never "..", a hidden
+// file such as Kubernetes' "..data", or a path) and part of an environment
+// variable name in the environment store.
+func CheckKey(key string) error {
+	if key == "" {
+		return errors.New("a secret key is required")
+	}
+	if len(key) > MaxKeyLength {
+		return fmt.Errorf("a secret key is at most %d characters", MaxKeyLength)
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if i == 0 && !alnum {
+			return fmt.Errorf("secret key %q must start with a letter or a digit", key)
+		}
+		if !alnum && c != '.' && c != '_' && c != '-' {
+			return fmt.Errorf("secret key %q may only hold letters, digits, '.', '_' and '-'", key)
+		}
+	}
+	return nil
 }

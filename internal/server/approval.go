@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/executor"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/store"
@@ -15,6 +16,8 @@ type approvalListFilters struct {
 	List  string `json:"list"`
 	State string `json:"state"`
 	Tool  string `json:"tool"`
+	// Requester is the caller, when it reads only its own approvals.
+	Requester string `json:"requester,omitempty"`
 }
 
 // approvalServer serves ApprovalService.
@@ -25,8 +28,16 @@ type approvalServer struct {
 	streams *streamGroup
 }
 
-// ListApprovals returns approvals newest first.
+// ListApprovals returns approvals newest first: every approval to approvers
+// and operators, their own to the others.
 func (s *approvalServer) ListApprovals(ctx context.Context, req *toolsvcv1.ListApprovalsRequest) (*toolsvcv1.ListApprovalsResponse, error) {
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
+	p, err := principalFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var v fault.Violations
 	state, ok := approvalStatesFromProto[req.GetState()]
 	if req.GetState() != toolsvcv1.ApprovalState_APPROVAL_STATE_UNSPECIFIED && !ok {
@@ -43,12 +54,15 @@ func (s *approvalServer) ListApprovals(ctx context.Context, req *toolsvcv1.ListA
 		return nil, err
 	}
 	filters := approvalListFilters{List: "approvals", State: string(state), Tool: req.GetTool()}
+	if !auth.ReadsAllApprovals(p) {
+		filters.Requester = p.ID
+	}
 	before, err := decodePageToken(req.GetPageToken(), filters)
 	if err != nil {
 		return nil, err
 	}
 	aps, err := s.st.ListApprovals(ctx, store.ListApprovalsParams{
-		Before: before, Limit: size + 1, State: state, Tool: req.GetTool(),
+		Before: before, Limit: size + 1, State: state, Tool: req.GetTool(), Requester: filters.Requester,
 	})
 	if err != nil {
 		return nil, err
@@ -68,12 +82,23 @@ func (s *approvalServer) ListApprovals(ctx context.Context, req *toolsvcv1.ListA
 	return resp, nil
 }
 
-// GetApproval returns one approval.
+// GetApproval returns one approval; to a principal that reads only its own,
+// another's is not found.
 func (s *approvalServer) GetApproval(ctx context.Context, req *toolsvcv1.GetApprovalRequest) (*toolsvcv1.GetApprovalResponse, error) {
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
+	p, err := principalFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if req.GetApprovalId() == "" {
 		return nil, fault.Violations{{Field: "approval_id", Description: "is required"}}.Err("invalid request")
 	}
 	a, err := s.st.GetApproval(ctx, req.GetApprovalId())
+	if err == nil && !auth.ReadsAllApprovals(p) && a.Requester != p.ID {
+		err = store.ErrNotFound // do not reveal others' approvals
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fault.ApprovalNotFound(req.GetApprovalId())
 	}
@@ -89,6 +114,9 @@ func (s *approvalServer) GetApproval(ctx context.Context, req *toolsvcv1.GetAppr
 
 // ResolveApproval approves or denies an approval.
 func (s *approvalServer) ResolveApproval(ctx context.Context, req *toolsvcv1.ResolveApprovalRequest) (*toolsvcv1.ResolveApprovalResponse, error) {
+	if err := checkText(req, "malformed ResolveApproval request"); err != nil {
+		return nil, err
+	}
 	p, err := principalFrom(ctx)
 	if err != nil {
 		return nil, err
@@ -113,8 +141,12 @@ func (s *approvalServer) ResolveApproval(ctx context.Context, req *toolsvcv1.Res
 	return &toolsvcv1.ResolveApprovalResponse{Approval: pb}, nil
 }
 
-// WatchApprovals streams pending approvals, then changes.
+// WatchApprovals streams pending approvals, then changes: of every
+// approval to approvers and operators, of their own to the others.
 func (s *approvalServer) WatchApprovals(req *toolsvcv1.WatchApprovalsRequest, stream toolsvcv1.ApprovalService_WatchApprovalsServer) error {
+	if err := checkText(req, "invalid request"); err != nil {
+		return err
+	}
 	if req.GetTool() != "" {
 		var v fault.Violations
 		checkToolName(&v, "tool", req.GetTool())
@@ -122,9 +154,20 @@ func (s *approvalServer) WatchApprovals(req *toolsvcv1.WatchApprovalsRequest, st
 			return err
 		}
 	}
-	ctx, cancel := s.streams.context(stream.Context())
-	defer cancel()
+	caller, err := principalFrom(stream.Context())
+	if err != nil {
+		return err
+	}
+	all := auth.ReadsAllApprovals(caller)
+	ctx, leave, err := s.streams.join(stream.Context(), caller.ID)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	return s.ex.WatchApprovals(ctx, req.GetTool(), func(a *store.Approval) error {
+		if !all && a.Requester != caller.ID {
+			return nil
+		}
 		pb, err := approvalToProto(a)
 		if err != nil {
 			return err

@@ -4,7 +4,10 @@ import (
 	"context"
 	"strconv"
 
+	"google.golang.org/protobuf/proto"
+
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
@@ -32,10 +35,23 @@ type auditListFilters struct {
 type auditServer struct {
 	toolsvcv1.UnimplementedAuditServiceServer
 	st store.Store
+	// pageBytes bounds the encoded events of a page: a trail of huge events
+	// is listed in more, smaller pages rather than in one a client cannot
+	// receive.
+	pageBytes int
 }
 
-// ListAuditEvents returns events oldest first.
+// ListAuditEvents returns events oldest first: every event to operators,
+// to the others the events recorded under their own id (asking for
+// another principal's finds none).
 func (s *auditServer) ListAuditEvents(ctx context.Context, req *toolsvcv1.ListAuditEventsRequest) (*toolsvcv1.ListAuditEventsResponse, error) {
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
+	p, err := principalFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var v fault.Violations
 	size := int(req.GetPageSize())
 	switch {
@@ -67,6 +83,16 @@ func (s *auditServer) ListAuditEvents(ctx context.Context, req *toolsvcv1.ListAu
 	if err := v.Err("invalid request"); err != nil {
 		return nil, err
 	}
+	// Principal ids are stored canonical: so is the filter.
+	if id, err := auth.CanonicalPrincipalID(f.Principal); err == nil {
+		f.Principal = id
+	}
+	if !auth.ReadsAllAuditEvents(p) {
+		if f.Principal != "" && f.Principal != p.ID {
+			return &toolsvcv1.ListAuditEventsResponse{}, nil
+		}
+		f.Principal = p.ID
+	}
 	filters := auditListFilters{List: "audit", Types: f.Types, CallID: f.CallID, TraceID: f.TraceID,
 		TaskID: f.TaskID, Principal: f.Principal, Tool: f.Tool}
 	if !f.Start.IsZero() {
@@ -86,22 +112,46 @@ func (s *auditServer) ListAuditEvents(ctx context.Context, req *toolsvcv1.ListAu
 		}
 		f.AfterSeq = seq
 	}
-	f.Limit = size + 1
+	// One more event than fits, by count or by bytes, tells whether there
+	// is a next page.
+	f.Limit, f.MaxBytes = size+1, s.pageBytes
 	evs, err := s.st.ListAuditEvents(ctx, f)
 	if err != nil {
 		return nil, err
 	}
 	resp := &toolsvcv1.ListAuditEventsResponse{}
-	if len(evs) > size {
-		evs = evs[:size]
-		resp.NextPageToken = encodePageToken(strconv.FormatInt(evs[size-1].Seq, 10), filters)
-	}
-	for _, e := range evs {
+	more, bytes, last := false, 0, int64(0)
+	for i, e := range evs {
+		if i == size {
+			more = true
+			break
+		}
 		pb, err := auditEventToProto(e)
 		if err != nil {
 			return nil, err
 		}
+		// A page holds at least one event, however large.
+		n := proto.Size(pb)
+		if i > 0 && bytes+n > s.pageBytes {
+			more = true
+			break
+		}
+		bytes += n
 		resp.Events = append(resp.Events, pb)
+		last = e.Seq
+	}
+	if !more {
+		// The store stops after the event that exceeds the budget by its
+		// own measure: then there may be more even if every event it
+		// returned fit.
+		storeBytes := 0
+		for _, e := range evs {
+			storeBytes += store.AuditEventSize(e)
+		}
+		more = storeBytes > s.pageBytes
+	}
+	if more {
+		resp.NextPageToken = encodePageToken(strconv.FormatInt(last, 10), filters)
 	}
 	return resp, nil
 }

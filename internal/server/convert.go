@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -92,8 +94,12 @@ func toolFromProto(pb *toolsvcv1.Tool, v *fault.Violations) *store.Tool {
 		ConfigRef:       pb.GetConfigRef(),
 		ApprovalTTL:     durationFromProto(pb.GetApprovalTtl(), "tool.approval_ttl", v),
 		AuditPayloads:   pb.GetAuditPayloads(),
+		Connector:       connectorFromProto(pb.GetConnector(), v),
 	}
 	for i, a := range pb.GetActions() {
+		if t.Connector != nil {
+			break // derived from the connector
+		}
 		path := fmt.Sprintf("tool.actions[%d]", i)
 		t.Actions = append(t.Actions, actionFromProto(a, path, v))
 	}
@@ -108,8 +114,8 @@ func actionFromProto(pb *toolsvcv1.Action, path string, v *fault.Violations) sto
 	a := store.Action{
 		Name:             pb.GetName(),
 		Description:      pb.GetDescription(),
-		InputSchema:      structToJSON(pb.GetInputSchema(), path+".input_schema", v),
-		OutputSchema:     structToJSON(pb.GetOutputSchema(), path+".output_schema", v),
+		InputSchema:      structOrText(pb.GetInputSchema(), pb.GetInputSchemaJson(), path+".input_schema", v),
+		OutputSchema:     structOrText(pb.GetOutputSchema(), pb.GetOutputSchemaJson(), path+".output_schema", v),
 		Risk:             riskFromProto(pb.GetRisk()),
 		ResourceArgument: pb.GetResourceArgument(),
 	}
@@ -117,8 +123,8 @@ func actionFromProto(pb *toolsvcv1.Action, path string, v *fault.Violations) sto
 		ep := fmt.Sprintf("%s.examples[%d]", path, i)
 		a.Examples = append(a.Examples, store.Example{
 			Description: ex.GetDescription(),
-			Input:       structToJSON(ex.GetInput(), ep+".input", v),
-			Output:      valueToJSON(ex.GetOutput(), ep+".output", v),
+			Input:       structOrText(ex.GetInput(), ex.GetInputJson(), ep+".input", v),
+			Output:      valueOrText(ex.GetOutput(), ex.GetOutputJson(), ep+".output", v),
 		})
 	}
 	return a
@@ -172,7 +178,7 @@ func structToJSON(s *structpb.Struct, path string, v *fault.Violations) json.Raw
 	if s == nil {
 		return nil
 	}
-	b, err := json.Marshal(s.AsMap())
+	b, err := marshalText(s.AsMap())
 	if err != nil {
 		v.Add(path, "cannot be encoded as JSON: %v", err)
 		return nil
@@ -180,17 +186,73 @@ func structToJSON(s *structpb.Struct, path string, v *fault.Violations) json.Raw
 	return b
 }
 
+// marshalText encodes x as compact JSON with sorted keys (a Struct has no
+// order of its own), leaving characters such as <, > and & as they are: the
+// document is returned to agents as text.
+func marshalText(x any) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(x); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
 // valueToJSON encodes a Value as JSON; nil stays nil (absent).
 func valueToJSON(val *structpb.Value, path string, v *fault.Violations) json.RawMessage {
 	if val == nil {
 		return nil
 	}
-	b, err := json.Marshal(val.AsInterface())
+	b, err := marshalText(val.AsInterface())
 	if err != nil {
 		v.Add(path, "cannot be encoded as JSON: %v", err)
 		return nil
 	}
 	return b
+}
+
+// structOrText is a JSON document given as a Struct (field path) or as
+// text (field path+"_json"). The text is taken as it is, keeping its key
+// order, which a Struct cannot carry; given both, they must be the same
+// document.
+func structOrText(s *structpb.Struct, text, path string, v *fault.Violations) json.RawMessage {
+	if text == "" {
+		return structToJSON(s, path, v)
+	}
+	var doc any
+	if s != nil {
+		doc = s.AsMap()
+	}
+	return textJSON(text, s != nil, doc, path, v)
+}
+
+// valueOrText is structOrText for a document that may be any JSON value.
+func valueOrText(val *structpb.Value, text, path string, v *fault.Violations) json.RawMessage {
+	if text == "" {
+		return valueToJSON(val, path, v)
+	}
+	var doc any
+	if val != nil {
+		doc = val.AsInterface()
+	}
+	return textJSON(text, val != nil, doc, path, v)
+}
+
+// textJSON checks a document given as text at path+"_json"; when the same
+// document is also given as a message (given, decoded as doc), both must
+// mean the same. The text is returned even when refused, so that the rest of
+// the definition is checked against it (RegisterTool does not report path
+// again: coveredBy).
+func textJSON(text string, given bool, doc any, path string, v *fault.Violations) json.RawMessage {
+	field := path + "_json"
+	var parsed any
+	if err := json.Unmarshal([]byte(text), &parsed); err != nil {
+		v.Add(field, "is not valid JSON: %v", err)
+	} else if given && !reflect.DeepEqual(parsed, doc) {
+		v.Add(field, "is not the same document as %s; set one of the two", path[strings.LastIndex(path, ".")+1:])
+	}
+	return json.RawMessage(text)
 }
 
 // jsonToStruct decodes a stored JSON object; absent stays nil.
@@ -242,6 +304,11 @@ func toolToProto(t *store.Tool) (*toolsvcv1.Tool, error) {
 		CreateTime:      timeToProto(t.CreatedAt),
 		UpdateTime:      timeToProto(t.UpdatedAt),
 	}
+	c, err := connectorToProto(t.Connector)
+	if err != nil {
+		return nil, fmt.Errorf("tool %q: %w", t.Name, err)
+	}
+	pb.Connector = c
 	for i := range t.Actions {
 		a, err := actionToProto(&t.Actions[i])
 		if err != nil {
@@ -287,6 +354,9 @@ func actionToProto(a *store.Action) (*toolsvcv1.Action, error) {
 		OutputSchema:     out,
 		Risk:             riskToProto(a.Risk),
 		ResourceArgument: a.ResourceArgument,
+		// The stored bytes, as registered: the byte-stable form.
+		InputSchemaJson:  string(a.InputSchema),
+		OutputSchemaJson: string(a.OutputSchema),
 	}
 	for i, ex := range a.Examples {
 		input, err := jsonToStruct(ex.Input)
@@ -301,6 +371,8 @@ func actionToProto(a *store.Action) (*toolsvcv1.Action, error) {
 			Description: ex.Description,
 			Input:       input,
 			Output:      output,
+			InputJson:   string(ex.Input),
+			OutputJson:  string(ex.Output),
 		})
 	}
 	return pb, nil

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -9,6 +8,7 @@ import (
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/executor"
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
 
@@ -174,21 +174,15 @@ func auditEventToProto(e *store.AuditEvent) (*toolsvcv1.AuditEvent, error) {
 		Action: e.Action, Risk: riskToProto(e.Risk), GateDecision: decisions[e.Decision],
 		Outcome: outcomes[e.Outcome],
 	}
-	if len(e.Detail) > 0 {
-		// Details hold JSON values of any Go shape (times, raw JSON): pass
-		// them through JSON so structpb sees only plain values.
-		b, err := json.Marshal(e.Detail)
-		if err != nil {
-			return nil, fmt.Errorf("audit detail: %w", err)
-		}
-		var m map[string]any
-		if err := json.Unmarshal(b, &m); err != nil {
-			return nil, fmt.Errorf("audit detail: %w", err)
-		}
-		if pb.Detail, err = structpb.NewStruct(m); err != nil {
-			return nil, fmt.Errorf("audit detail: %w", err)
-		}
+	d, err := jsonToStruct(e.Detail)
+	if err != nil {
+		// One event the API cannot carry must not make every page that
+		// holds it fail: it is shown with what went wrong instead.
+		d = &structpb.Struct{Fields: map[string]*structpb.Value{
+			"detail_error": structpb.NewStringValue(safetext.Bound("the stored detail cannot be shown: "+err.Error(), 200)),
+		}}
 	}
+	pb.Detail = d
 	return pb, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
 
@@ -23,6 +24,9 @@ const (
 	ReasonNotFound = "NOT_FOUND"
 	ReasonConflict = "CONFLICT"
 )
+
+// maxViolationText bounds each field name and description of a BadRequest.
+const maxViolationText = 1024
 
 // internalMessage is all a caller learns of an unexpected error; the error
 // itself goes to the log.
@@ -93,11 +97,13 @@ func faultStatus(f *fault.Error) *status.Status {
 		extra = append(extra, &errdetails.RetryInfo{RetryDelay: durationpb.New(f.RetryAfter)})
 	}
 	if len(f.Violations) > 0 {
+		// Descriptions may quote what a caller sent: the details must
+		// marshal (protobuf refuses invalid UTF-8) and stay small.
 		br := &errdetails.BadRequest{}
 		for _, v := range f.Violations {
 			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{
-				Field:       v.Field,
-				Description: v.Description,
+				Field:       safetext.Bound(v.Field, maxViolationText),
+				Description: safetext.Bound(v.Description, maxViolationText),
 			})
 		}
 		extra = append(extra, br)
@@ -106,7 +112,7 @@ func faultStatus(f *fault.Error) *status.Status {
 	if reason == "" {
 		reason = fault.ReasonInternal
 	}
-	msg := f.Message
+	msg := safetext.Clean(f.Message)
 	if msg == "" {
 		msg = code.String()
 	}

@@ -33,6 +33,9 @@ func (s *executionServer) ExecuteTool(ctx context.Context, req *toolsvcv1.Execut
 
 // GetCall returns a call by id or by the caller's idempotency key.
 func (s *executionServer) GetCall(ctx context.Context, req *toolsvcv1.GetCallRequest) (*toolsvcv1.GetCallResponse, error) {
+	if err := checkText(req, "malformed GetCall request"); err != nil {
+		return nil, err
+	}
 	p, err := principalFrom(ctx)
 	if err != nil {
 		return nil, err
@@ -50,6 +53,9 @@ func (s *executionServer) GetCall(ctx context.Context, req *toolsvcv1.GetCallReq
 
 // ResolveCall settles an UNKNOWN call.
 func (s *executionServer) ResolveCall(ctx context.Context, req *toolsvcv1.ResolveCallRequest) (*toolsvcv1.ResolveCallResponse, error) {
+	if err := checkText(req, "malformed ResolveCall request"); err != nil {
+		return nil, err
+	}
 	p, err := principalFrom(ctx)
 	if err != nil {
 		return nil, err

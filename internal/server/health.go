@@ -4,6 +4,7 @@ import (
 	"context"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/health"
 	"github.com/toolsvc/toolsvc/internal/store"
@@ -23,7 +24,14 @@ type healthServer struct {
 }
 
 // GetToolHealth returns one tool's health.
-func (s *healthServer) GetToolHealth(_ context.Context, req *toolsvcv1.GetToolHealthRequest) (*toolsvcv1.GetToolHealthResponse, error) {
+func (s *healthServer) GetToolHealth(ctx context.Context, req *toolsvcv1.GetToolHealthRequest) (*toolsvcv1.GetToolHealthResponse, error) {
+	p, err := principalFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
 	var v fault.Violations
 	checkToolName(&v, "tool", req.GetTool())
 	if err := v.Err("invalid request"); err != nil {
@@ -33,11 +41,18 @@ func (s *healthServer) GetToolHealth(_ context.Context, req *toolsvcv1.GetToolHe
 	if !ok {
 		return nil, fault.ToolNotFound(req.GetTool())
 	}
-	return &toolsvcv1.GetToolHealthResponse{Health: healthToProto(&h)}, nil
+	return &toolsvcv1.GetToolHealthResponse{Health: healthFor(p, &h)}, nil
 }
 
 // ListToolHealth returns the health of every tool, by name.
-func (s *healthServer) ListToolHealth(_ context.Context, req *toolsvcv1.ListToolHealthRequest) (*toolsvcv1.ListToolHealthResponse, error) {
+func (s *healthServer) ListToolHealth(ctx context.Context, req *toolsvcv1.ListToolHealthRequest) (*toolsvcv1.ListToolHealthResponse, error) {
+	p, err := principalFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
 	status, ok := healthStatusesFromProto[req.GetStatus()]
 	if req.GetStatus() != toolsvcv1.HealthStatus_HEALTH_STATUS_UNSPECIFIED && !ok {
 		return nil, fault.Violations{{Field: "status", Description: "unknown health status"}}.Err("invalid request")
@@ -58,13 +73,20 @@ func (s *healthServer) ListToolHealth(_ context.Context, req *toolsvcv1.ListTool
 		resp.NextPageToken = encodePageToken(hs[size-1].Tool, filters)
 	}
 	for i := range hs {
-		resp.Health = append(resp.Health, healthToProto(&hs[i]))
+		resp.Health = append(resp.Health, healthFor(p, &hs[i]))
 	}
 	return resp, nil
 }
 
 // WatchToolHealth streams the current health, then changes.
 func (s *healthServer) WatchToolHealth(req *toolsvcv1.WatchToolHealthRequest, stream toolsvcv1.ToolHealthService_WatchToolHealthServer) error {
+	p, err := principalFrom(stream.Context())
+	if err != nil {
+		return err
+	}
+	if err := checkText(req, "invalid request"); err != nil {
+		return err
+	}
 	var v fault.Violations
 	for i, t := range req.GetTools() {
 		checkToolName(&v, "tools["+itoa(i)+"]", t)
@@ -72,18 +94,37 @@ func (s *healthServer) WatchToolHealth(req *toolsvcv1.WatchToolHealthRequest, st
 	if err := v.Err("invalid request"); err != nil {
 		return err
 	}
-	ctx, cancel := s.streams.context(stream.Context())
-	defer cancel()
+	ctx, leave, err := s.streams.join(stream.Context(), p.ID)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	for h := range s.tracker.Watch(ctx, req.GetTools()) {
-		if err := stream.Send(&toolsvcv1.WatchToolHealthResponse{Health: healthToProto(&h)}); err != nil {
+		if err := stream.Send(&toolsvcv1.WatchToolHealthResponse{Health: healthFor(p, &h)}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// healthFor is a tool's health as principal p may see it. last_error is the
+// text of a tool error from some call, any principal's, and may quote what
+// that call sent or what the upstream answered: it is for operators, who
+// see every call anyway. Anyone else (agents, approvers) gets the record
+// without it.
+func healthFor(p *auth.Principal, h *store.ToolHealth) *toolsvcv1.ToolHealth {
+	pb := healthToProto(h)
+	if !p.HasRole(auth.RoleOperator) {
+		pb.LastError = ""
+	}
+	return pb
+}
+
 // SetToolHealth drains or restores a tool.
 func (s *healthServer) SetToolHealth(ctx context.Context, req *toolsvcv1.SetToolHealthRequest) (*toolsvcv1.SetToolHealthResponse, error) {
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
 	p, err := principalFrom(ctx)
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/quota"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
 
@@ -26,9 +27,15 @@ import (
 //  2. logging: one structured line per call, after translating the handler's
 //     error with ToStatus (so the log has the real error and the caller only
 //     the status);
-//  3. principal: establishes the caller (auth.Authenticator) and checks its
-//     roles against methodRoles, auditing every refusal; health and
-//     reflection skip it.
+//  3. (unary only) cancelOverdue: the RPCs other than ExecuteTool are
+//     cancelled once the shutdown timeout has passed;
+//  4. limits: answers requests the codec could not decode (too large, not
+//     UTF-8, nested too deep) and responses over the send limit inside the
+//     error contract, auditing the refusals (see limits.go);
+//  5. principal: establishes the caller (auth.Authenticator, from the
+//     credentials transportAuth reads), checks its roles against
+//     methodRoles and holds it to its limits (quota.Limiter), auditing every
+//     refusal; health and reflection skip it unless configured otherwise.
 
 // callInfo collects what inner interceptors learn about a call for the
 // logging interceptor, which runs outside them.
@@ -129,11 +136,14 @@ func logCall(ctx context.Context, log *slog.Logger, method string, ci *callInfo,
 	return st.Err()
 }
 
-func loggingUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+// The logging interceptors also pass every handler's error to observe
+// (which watches for an unavailable store).
+func loggingUnary(log *slog.Logger, observe func(error)) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		ctx, ci := withCallInfo(ctx)
 		resp, err := handler(ctx, req)
+		observe(err)
 		if err := logCall(ctx, log, info.FullMethod, ci, start, err); err != nil {
 			return nil, err
 		}
@@ -141,47 +151,121 @@ func loggingUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 	}
 }
 
-func loggingStream(log *slog.Logger) grpc.StreamServerInterceptor {
+func loggingStream(log *slog.Logger, observe func(error)) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		start := time.Now()
 		ctx, ci := withCallInfo(ss.Context())
 		err := handler(srv, &contextStream{ServerStream: ss, ctx: ctx})
+		observe(err)
 		return logCall(ctx, log, info.FullMethod, ci, start, err)
 	}
 }
 
-// authorizer establishes a call's principal and checks its roles. Every
-// refusal is written to the audit trail before it is answered (DESIGN §2
-// step 1): tool_call.rejected for ExecuteTool, access.denied for the other
-// RPCs.
+// authorizer establishes a call's principal, checks its roles and holds it
+// to its limits. Every refusal is written to the audit trail before it is
+// answered (DESIGN §2 step 1): tool_call.rejected for ExecuteTool,
+// access.denied for the other RPCs. Failed authentication (per peer address)
+// and limit refusals (per principal) are audited through a throttle, so that
+// a flood of them cannot flood the audit table; the next event audited for
+// the same source counts those left out.
 type authorizer struct {
-	authn auth.Authenticator
+	authn transportAuth
 	roles map[string][]auth.Role
-	audit store.AuditStore
-	now   func() time.Time
-	log   *slog.Logger
+	// open reports whether a method is served without authentication.
+	open func(method string) bool
+	// limits, if set, holds principals to their limits.
+	limits *quota.Limiter
+	// throttle, if set, bounds the audited failures and limit refusals.
+	throttle *quota.Throttle
+	audit    store.AuditStore
+	now      func() time.Time
+	log      *slog.Logger
 }
 
-func (a *authorizer) authorize(ctx context.Context, method string, req any) (context.Context, error) {
-	if publicMethod(method) {
-		return ctx, nil
+// authorize returns ctx with the caller's principal and a function to call
+// when the call has finished (it gives back the principal's execution slot).
+func (a *authorizer) authorize(ctx context.Context, method string, req any) (context.Context, func(), error) {
+	if a.open(method) {
+		return ctx, func() {}, nil
 	}
 	p, err := a.authn.Authenticate(ctx)
 	if err == nil && p == nil {
 		err = fault.NotAuthenticated("no principal")
 	}
 	if err != nil {
-		a.record(ctx, method, req, "", err)
-		return nil, err
+		a.recordThrottled(ctx, "peer "+peerHost(ctx), method, req, "", err)
+		return nil, nil, err
 	}
 	if ci := callInfoFrom(ctx); ci != nil {
 		ci.setPrincipal(p.ID)
 	}
+	if _, listed := a.roles[method]; !listed && publicMethod(method) {
+		// Health or reflection behind authentication: any principal.
+		return auth.NewContext(ctx, p), func() {}, nil
+	}
 	if err := auth.RequireAnyRole(p, strings.TrimPrefix(method, "/"), a.roles[method]...); err != nil {
 		a.record(ctx, method, req, p.ID, err)
-		return nil, err
+		return nil, nil, err
 	}
-	return auth.NewContext(ctx, p), nil
+	release, err := a.admit(p, method)
+	if err != nil {
+		a.recordThrottled(ctx, "principal "+p.ID, method, req, p.ID, err)
+		return nil, nil, err
+	}
+	return auth.NewContext(ctx, p), release, nil
+}
+
+// admit counts the call against the principal's rate and, for ExecuteTool,
+// takes one of its execution slots.
+func (a *authorizer) admit(p *auth.Principal, method string) (func(), error) {
+	if a.limits == nil {
+		return func() {}, nil
+	}
+	lim := a.limits.LimitsOf(p.ID)
+	if retry, ok := a.limits.Admit(p.ID); !ok {
+		return nil, fault.PrincipalRateLimited(p.ID, lim.CallsPerSecond, lim.EffectiveBurst(), retry)
+	}
+	if method != toolsvcv1.ToolExecutionService_ExecuteTool_FullMethodName {
+		return func() {}, nil
+	}
+	release, ok := a.limits.Start(p.ID)
+	if !ok {
+		return nil, fault.TooManyExecutions(p.ID, lim.ConcurrentExecutions)
+	}
+	return release, nil
+}
+
+// recordThrottled audits a refusal if source has not had its share of
+// audited refusals; otherwise the refusal is only counted (and logged at
+// debug level).
+func (a *authorizer) recordThrottled(ctx context.Context, source, method string, req any, principal string, refusal error) {
+	suppressed := 0
+	if a.throttle != nil {
+		var ok bool
+		if ok, suppressed = a.throttle.Allow(source); !ok {
+			a.log.DebugContext(ctx, "refusal not audited: its source has had its share", "method", method, "source", source)
+			return
+		}
+	}
+	a.recordWith(ctx, method, req, principal, refusal, suppressed)
+}
+
+// refuse audits the refusal of a request that could not be decoded, as
+// authorize audits its own refusals. The caller is named if it can be
+// identified (its metadata is readable when its message is not). Health and
+// reflection, which are never audited, are not.
+func (a *authorizer) refuse(ctx context.Context, method string, req any, refusal error) {
+	if publicMethod(method) {
+		return
+	}
+	principal := ""
+	if p, err := a.authn.Authenticate(ctx); err == nil && p != nil {
+		principal = p.ID
+		if ci := callInfoFrom(ctx); ci != nil {
+			ci.setPrincipal(p.ID)
+		}
+	}
+	a.record(ctx, method, req, principal, refusal)
 }
 
 // callRequest is what an ExecuteTool request tells of the call it asks for.
@@ -195,51 +279,64 @@ type callRequest interface {
 // even if the event cannot be written (logged): the caller, who may not be
 // authenticated, learns nothing of the store's state from it.
 func (a *authorizer) record(ctx context.Context, method string, req any, principal string, refusal error) {
+	a.recordWith(ctx, method, req, principal, refusal, 0)
+}
+
+// recordWith is record, saying how many refusals of the same source were
+// left out of the trail before this one. The detail of a failed
+// authentication names its cause and the peer address, never the
+// credential presented.
+func (a *authorizer) recordWith(ctx context.Context, method string, req any, principal string, refusal error, suppressed int) {
 	if a.audit == nil {
 		return
 	}
 	reason := fault.ReasonInternal
+	detail := map[string]any{"method": strings.TrimPrefix(method, "/")}
 	if f, ok := fault.As(refusal); ok {
 		reason = f.Reason
+		if cause, ok := f.Metadata[auth.CauseKey]; ok {
+			detail["cause"] = cause
+		}
 	}
-	ev := store.AuditEvent{
-		Time: a.now(), Principal: principal, Type: audit.AccessDenied,
-		Detail: map[string]any{"method": strings.TrimPrefix(method, "/"), "reason": reason},
+	detail["reason"] = reason
+	if principal == "" {
+		detail["peer"] = peerHost(ctx)
 	}
+	if suppressed > 0 {
+		detail["suppressed"] = suppressed
+	}
+	ev := store.AuditEvent{Time: a.now(), Principal: principal, Type: audit.AccessDenied}
 	if cr, ok := req.(callRequest); ok && method == toolsvcv1.ToolExecutionService_ExecuteTool_FullMethodName {
+		// What the caller sent, as sent: audit.New makes it safe text.
 		ev.Type = audit.ToolCallRejected
-		ev.Tool, ev.Action = truncate(cr.GetTool(), 64), truncate(cr.GetAction(), 64)
+		ev.Tool, ev.Action = cr.GetTool(), cr.GetAction()
 		c := cr.GetContext()
-		ev.TraceID, ev.TaskID, ev.StepID = truncate(c.GetTraceId(), 255), truncate(c.GetTaskId(), 255), truncate(c.GetStepId(), 255)
+		ev.TraceID, ev.TaskID, ev.StepID = c.GetTraceId(), c.GetTaskId(), c.GetStepId()
 	}
-	if err := a.audit.AppendAuditEvents(context.WithoutCancel(ctx), []store.AuditEvent{audit.New(ev.Type, ev)}); err != nil {
+	ev = audit.NewDetail(ev.Type, ev, detail)
+	if err := a.audit.AppendAuditEvents(context.WithoutCancel(ctx), []store.AuditEvent{ev}); err != nil {
 		a.log.ErrorContext(ctx, "could not audit a refused call", "method", method, "reason", reason, "error", err)
 	}
 }
 
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
-}
-
 func (a *authorizer) unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, err := a.authorize(ctx, info.FullMethod, req)
+		ctx, done, err := a.authorize(ctx, info.FullMethod, req)
 		if err != nil {
 			return nil, err
 		}
+		defer done()
 		return handler(ctx, req)
 	}
 }
 
 func (a *authorizer) stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		ctx, err := a.authorize(ss.Context(), info.FullMethod, nil)
+		ctx, done, err := a.authorize(ss.Context(), info.FullMethod, nil)
 		if err != nil {
 			return err
 		}
+		defer done()
 		return handler(srv, &contextStream{ServerStream: ss, ctx: ctx})
 	}
 }

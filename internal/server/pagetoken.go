@@ -5,8 +5,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/safetext"
 )
 
 // Page tokens are opaque to callers: base64url of a small JSON cursor that
@@ -75,7 +77,11 @@ func decodePageToken(token string, filters any) (string, error) {
 		return "", bad("not a page token issued by this service")
 	}
 	var c pageCursor
-	if err := json.Unmarshal(raw, &c); err != nil || c.After == "" {
+	// Tokens are not signed, so a forged one may carry any position: one
+	// with text no issued token holds (NUL, or bytes JSON decoding
+	// replaced) is refused here rather than by a store's query.
+	if err := json.Unmarshal(raw, &c); err != nil || c.After == "" || !safetext.Valid(c.After) ||
+		!utf8.Valid(raw) {
 		return "", bad("not a page token issued by this service")
 	}
 	if c.Filter != filterHash(filters) {

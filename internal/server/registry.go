@@ -44,6 +44,9 @@ func checkExpectedVersion(v *fault.Violations, ev int64) {
 
 // RegisterTool validates and creates or replaces a tool.
 func (s *registryServer) RegisterTool(ctx context.Context, req *toolsvcv1.RegisterToolRequest) (*toolsvcv1.RegisterToolResponse, error) {
+	if err := checkText(req, "invalid tool definition"); err != nil {
+		return nil, err
+	}
 	p, err := principalFrom(ctx)
 	if err != nil {
 		return nil, err
@@ -83,10 +86,12 @@ func (s *registryServer) RegisterTool(ctx context.Context, req *toolsvcv1.Regist
 	return &toolsvcv1.RegisterToolResponse{Tool: pb, Created: created}, nil
 }
 
-// coveredBy reports whether field is, or is inside, a field already in v.
+// coveredBy reports whether field is, or is inside, a field already in v,
+// or is the document whose text form (field+"_json") is already in v.
 func coveredBy(v fault.Violations, field string) bool {
 	for _, f := range v {
-		if field == f.Field || strings.HasPrefix(field, f.Field+".") || strings.HasPrefix(field, f.Field+"[") {
+		if field == f.Field || f.Field == field+"_json" ||
+			strings.HasPrefix(field, f.Field+".") || strings.HasPrefix(field, f.Field+"[") {
 			return true
 		}
 	}
@@ -95,6 +100,9 @@ func coveredBy(v fault.Violations, field string) bool {
 
 // GetTool returns one tool.
 func (s *registryServer) GetTool(ctx context.Context, req *toolsvcv1.GetToolRequest) (*toolsvcv1.GetToolResponse, error) {
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
 	var v fault.Violations
 	checkToolName(&v, "name", req.GetName())
 	if err := v.Err("invalid request"); err != nil {
@@ -113,6 +121,9 @@ func (s *registryServer) GetTool(ctx context.Context, req *toolsvcv1.GetToolRequ
 
 // ListTools returns a page of tools ordered by name.
 func (s *registryServer) ListTools(ctx context.Context, req *toolsvcv1.ListToolsRequest) (*toolsvcv1.ListToolsResponse, error) {
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
 	size, err := pageSize(req.GetPageSize())
 	if err != nil {
 		return nil, err
@@ -144,6 +155,9 @@ func (s *registryServer) ListTools(ctx context.Context, req *toolsvcv1.ListTools
 
 // DeregisterTool removes a tool.
 func (s *registryServer) DeregisterTool(ctx context.Context, req *toolsvcv1.DeregisterToolRequest) (*toolsvcv1.DeregisterToolResponse, error) {
+	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
 	p, err := principalFrom(ctx)
 	if err != nil {
 		return nil, err
@@ -163,4 +177,26 @@ func (s *registryServer) DeregisterTool(ctx context.Context, req *toolsvcv1.Dere
 		return nil, err
 	}
 	return &toolsvcv1.DeregisterToolResponse{Tool: pb}, nil
+}
+
+// SyncTool discovers a connector's tools again.
+func (s *registryServer) SyncTool(ctx context.Context, req *toolsvcv1.SyncToolRequest) (*toolsvcv1.SyncToolResponse, error) {
+	p, err := principalFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var v fault.Violations
+	checkToolName(&v, "name", req.GetName())
+	if err := v.Err("invalid request"); err != nil {
+		return nil, err
+	}
+	t, changed, err := s.reg.Rediscover(ctx, req.GetName(), p.ID)
+	if err != nil {
+		return nil, err
+	}
+	pb, err := toolToProto(t)
+	if err != nil {
+		return nil, err
+	}
+	return &toolsvcv1.SyncToolResponse{Tool: pb, Changed: changed}, nil
 }

@@ -3,7 +3,15 @@
 // interfaces both backends implement, and the sentinel errors they return.
 //
 // Rules every backend follows (the conformance suite in storetest checks them):
-//   - The store never reads the clock: every time comes from the caller.
+//   - The store never reads the clock: every time comes from the caller, with
+//     one exception. Call leases are judged by the store's clock: a lease is
+//     given as a duration, and its expiry is set and compared where every
+//     replica agrees on the time. On Postgres that is the database's clock
+//     (replicas' own clocks may be skewed: a reaper whose clock runs ahead
+//     must not take away leases other replicas still renew). The memory
+//     store serves one process, whose clock is the caller's: there a lease
+//     runs from the time the caller gives with it (ClaimCall, StartParkedCall,
+//     RenewCallLease), and ReapExpiredLeases compares with its Now.
 //   - Each method is atomic: its record changes, audit events, task history
 //     and notifications commit together or not at all.
 //   - Audit events, wherever they are passed in, need an ID that is
@@ -55,19 +63,28 @@ type Store interface {
 
 // ToolStore holds tool definitions. Creating a tool also creates its HEALTHY
 // health record; deleting it deletes that record. Every change notifies
-// TopicTools with the tool's name.
+// TopicTools with the tool's name. A tool's JSON documents (schemas,
+// examples) are kept as given, compacted: keys in their order, characters
+// unescaped, so that every read returns the same bytes.
 type ToolStore interface {
 	// CreateTool inserts t with Version 1 and CreatedAt = UpdatedAt = p.Now.
-	// ErrConflict if a tool with the name exists.
+	// t.Incarnation, a new unique id, is required (ErrInvalid). ErrConflict if
+	// a tool with the name exists.
 	CreateTool(ctx context.Context, p CreateToolParams) (*Tool, error)
 	// UpdateTool replaces the definition of an existing tool whose version is
 	// p.ExpectedVersion, storing it with version ExpectedVersion+1 and
-	// UpdatedAt = p.Now (CreatedAt kept). ErrNotFound if there is no such
-	// tool; ErrConflict if its version differs.
+	// UpdatedAt = p.Now (CreatedAt and Incarnation kept). ErrNotFound if there
+	// is no such tool; ErrConflict if its version differs.
 	UpdateTool(ctx context.Context, p UpdateToolParams) (*Tool, error)
 	// DeleteTool removes a tool (and its health record) and returns it as it
-	// was. ErrNotFound; ErrConflict if p.ExpectedVersion is non-zero and
-	// differs.
+	// was. What waits for the tool goes with it, in the same transaction:
+	// every PENDING or APPROVED approval of the tool's name becomes
+	// INVALIDATED (p.ApprovalEventsFor appended for each, TopicApprovals
+	// notified) and every PENDING preview EXPIRED (p.PreviewEventsFor), and
+	// their parked calls become RELEASED (UpdatedAt p.Now, ExpiresAt kept). A
+	// tool registered again under the name is a new incarnation that none of
+	// them may run. ErrNotFound; ErrConflict if p.ExpectedVersion is non-zero
+	// and differs.
 	DeleteTool(ctx context.Context, p DeleteToolParams) (*Tool, error)
 	// GetTool returns a tool by name, or ErrNotFound.
 	GetTool(ctx context.Context, name string) (*Tool, error)
@@ -95,7 +112,16 @@ type UpdateToolParams struct {
 type DeleteToolParams struct {
 	Name            string
 	ExpectedVersion int64 // 0: any
+	Now             time.Time
 	Events          []AuditEvent
+	// ApprovalEventsFor returns the events of an approval the deletion
+	// invalidates, given as stored (INVALIDATED; ResolvedAt is set if it had
+	// been approved); nil: no events. Like the sweeps' event functions it
+	// may be called more than once per record.
+	ApprovalEventsFor func(*Approval) []AuditEvent
+	// PreviewEventsFor returns the events of a preview the deletion expires;
+	// nil: no events.
+	PreviewEventsFor func(*Preview) []AuditEvent
 }
 
 // ListToolsParams are ListTools' inputs.
@@ -151,7 +177,11 @@ type CallStore interface {
 	// ClaimCall claims p.Call's (PrincipalID, IdempotencyKey) in one atomic
 	// step. If the key is free it inserts p.Call as given (its State is
 	// IN_PROGRESS, AWAITING_APPROVAL or AWAITING_PREVIEW; AttemptCount is 1
-	// for IN_PROGRESS, else 0; its ClaimToken is kept for ReleaseClaim). If a RELEASED record holds the key with the
+	// for IN_PROGRESS, else 0; its ClaimToken is kept for ReleaseClaim),
+	// except for LeaseExpiresAt, which the store sets: for IN_PROGRESS, the
+	// store's clock plus p.Lease (which must be positive, else ErrInvalid; in
+	// memory the clock is p.Call.UpdatedAt, the claim time); for a parked
+	// state, none. If a RELEASED record holds the key with the
 	// same fingerprint, that record is taken over instead: it keeps its ID and
 	// CreatedAt, takes every other field from p.Call, and its AttemptCount is
 	// incremented when the new state is IN_PROGRESS; the store then rewrites
@@ -169,16 +199,19 @@ type CallStore interface {
 	//     call's) must be APPROVED and ExpiresAt > p.Now; it becomes CONSUMED;
 	//   - AWAITING_PREVIEW: the preview p.PreviewToken (the call's) must be
 	//     PENDING and ExpiresAt > p.Now; it becomes CONSUMED.
-	// The call gets State IN_PROGRESS, LeaseExpiresAt, Risk, Decision,
-	// ClaimToken, UpdatedAt = p.Now, AttemptCount+1, and p.Events are
-	// appended. ErrNotFound
-	// if the call does not exist; ErrConflict if anything is not as required
-	// (so that of concurrent callers exactly one starts the call).
+	// The call gets State IN_PROGRESS, a lease of p.Lease (positive, else
+	// ErrInvalid) from the store's clock (in memory, from p.Now), Risk,
+	// Decision, ClaimToken, UpdatedAt = p.Now, AttemptCount+1, and p.Events
+	// are appended. ErrNotFound if the call does not exist; ErrConflict if
+	// anything is not as required (so that of concurrent callers exactly one
+	// starts the call).
 	StartParkedCall(ctx context.Context, p StartParkedCallParams) (*Call, error)
 	// RenewCallLease sets LeaseExpiresAt of an IN_PROGRESS call whose
-	// AttemptCount is attempt. ErrConflict if it is no longer so (the lease was
-	// lost); ErrNotFound if the call does not exist.
-	RenewCallLease(ctx context.Context, callID string, attempt int, until time.Time) error
+	// AttemptCount is attempt to the store's clock plus lease (in memory,
+	// now plus lease; lease must be positive, else ErrInvalid). ErrConflict if
+	// the call is no longer so (the lease was lost); ErrNotFound if the call
+	// does not exist.
+	RenewCallLease(ctx context.Context, callID string, attempt int, now time.Time, lease time.Duration) error
 	// FinishCall records the outcome of an execution attempt: the call must be
 	// IN_PROGRESS with AttemptCount = p.Attempt, or UNKNOWN with that attempt
 	// and no ResolvedBy (a lease the reaper took away from a replica that then
@@ -211,9 +244,10 @@ type CallStore interface {
 	// Result, ResolvedBy, ResolutionComment, UpdatedAt are set and p.Events
 	// appended. ErrNotFound; ErrConflict if the call is not UNKNOWN.
 	ResolveCall(ctx context.Context, p ResolveCallParams) (*Call, error)
-	// ReapExpiredLeases turns IN_PROGRESS calls whose lease expired before
-	// p.Now into UNKNOWN (never re-running them), at most p.Limit of them (0:
-	// no limit; negative: ErrInvalid): State UNKNOWN, Result p.Result,
+	// ReapExpiredLeases turns IN_PROGRESS calls whose lease expired by the
+	// store's clock (in memory: before p.Now) into UNKNOWN (never re-running
+	// them), at most p.Limit of them (0: no limit; negative: ErrInvalid):
+	// State UNKNOWN, Result p.Result,
 	// UpdatedAt p.Now, ExpiresAt p.ExpiresAt, and LeaseExpiresAt cleared (the
 	// attempt no longer holds a lease; AttemptCount is kept, so that
 	// FinishCall of that attempt can still replace the guess). It appends
@@ -250,20 +284,23 @@ type ClaimCallParams struct {
 	Call     *Call
 	Approval *Approval // with Call.State AWAITING_APPROVAL
 	Preview  *Preview  // with Call.State AWAITING_PREVIEW
-	Events   []AuditEvent
+	// Lease is the length of an IN_PROGRESS claim's lease, from the store's
+	// clock (Call.LeaseExpiresAt is ignored).
+	Lease  time.Duration
+	Events []AuditEvent
 }
 
 // StartParkedCallParams are StartParkedCall's inputs.
 type StartParkedCallParams struct {
-	CallID         string
-	ApprovalID     string // for AWAITING_APPROVAL
-	PreviewToken   string // for AWAITING_PREVIEW
-	Now            time.Time
-	LeaseExpiresAt time.Time
-	Risk           RiskLevel
-	Decision       GateDecision
-	ClaimToken     string
-	Events         []AuditEvent
+	CallID       string
+	ApprovalID   string // for AWAITING_APPROVAL
+	PreviewToken string // for AWAITING_PREVIEW
+	Now          time.Time
+	Lease        time.Duration // from the store's clock
+	Risk         RiskLevel
+	Decision     GateDecision
+	ClaimToken   string
+	Events       []AuditEvent
 }
 
 // ReleaseClaimParams are ReleaseClaim's inputs.
@@ -328,6 +365,8 @@ type ResolveCallParams struct {
 // record: a backend may call them again when it retries a transaction, and
 // stores only the events of the last call.
 type ReapParams struct {
+	// Now is the time recorded as the reaped calls' UpdatedAt; in memory it
+	// is also what leases are compared with.
 	Now       time.Time
 	ExpiresAt time.Time // retention of the reaped records
 	Limit     int
@@ -378,6 +417,8 @@ type ListApprovalsParams struct {
 	Limit  int
 	State  ApprovalState
 	Tool   string
+	// Requester, if set, selects the approvals of one principal's calls.
+	Requester string
 }
 
 // ResolveApprovalParams are ResolveApproval's inputs.
@@ -398,7 +439,8 @@ type PreviewStore interface {
 	GetPreview(ctx context.Context, token string) (*Preview, error)
 }
 
-// AuditStore holds the append-only audit trail.
+// AuditStore holds the audit trail: append-only, except that events past the
+// retention window are deleted (DeleteAuditEventsBefore).
 type AuditStore interface {
 	// AppendAuditEvents appends events in order, assigning Seq (the caller's
 	// Seq is ignored). Every event needs a non-empty ID (ErrInvalid) that no
@@ -417,6 +459,10 @@ type AuditStore interface {
 	// seconds earlier, comfortably longer than a store transaction lasts) and
 	// drop the events it has already seen, by ID.
 	ListAuditEvents(ctx context.Context, f AuditFilter) ([]*AuditEvent, error)
+	// DeleteAuditEventsBefore deletes up to limit events (0: no limit;
+	// negative: ErrInvalid) whose Time is before before, oldest Time first,
+	// and returns how many it deleted. Safe to run on every replica at once.
+	DeleteAuditEventsBefore(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
 // AuditFilter selects audit events. Empty fields do not filter.
@@ -431,6 +477,20 @@ type AuditFilter struct {
 	End       time.Time // Time < End
 	AfterSeq  int64
 	Limit     int
+	// MaxBytes, when positive, ends the list early: after the first event
+	// that brings the events' total AuditEventSize over it (so the list
+	// holds at least one event, and one that goes over tells the caller the
+	// budget was reached). A negative value is ErrInvalid.
+	MaxBytes int
+}
+
+// AuditEventSize is an event's size as MaxBytes counts it: the bytes of its
+// text fields and of its detail's JSON encoding. It is close to the size of
+// the event's API message, a little below it.
+func AuditEventSize(e *AuditEvent) int {
+	n := len(e.ID) + len(e.Type) + len(e.CallID) + len(e.TraceID) + len(e.TaskID) + len(e.StepID) +
+		len(e.Principal) + len(e.Tool) + len(e.Action) + len(e.Decision) + len(e.Outcome)
+	return n + len(e.Detail)
 }
 
 // TaskHistoryStore holds the successful calls of each (principal, task).

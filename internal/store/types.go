@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/toolsvc/toolsvc/internal/connector"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
@@ -54,6 +55,17 @@ type Tool struct {
 	ApprovalTTL     time.Duration `json:"approval_ttl,omitempty"`
 	Policies        []Policy      `json:"policies,omitempty"`
 	AuditPayloads   bool          `json:"audit_payloads,omitempty"`
+	// Connector is set for a tool declared as a connector (an MCP server or
+	// an HTTP API, named by the tool): its actions derive from it.
+	Connector *connector.Spec `json:"connector,omitempty"`
+
+	// Incarnation identifies the tool as created: a new random id for each
+	// creation (given to CreateTool), kept by every update. Deregistering a
+	// tool and registering its name again makes a new incarnation, whose
+	// versions start at 1 again: approvals and previews record the
+	// incarnation they were given for, so that they never apply to another
+	// tool of the same name.
+	Incarnation string `json:"incarnation,omitempty"`
 
 	// Set by the store.
 	Version   int64      `json:"version"`
@@ -241,6 +253,10 @@ type Approval struct {
 	Resolver       string
 	Comment        string
 	ResolvedAt     time.Time
+
+	// ToolIncarnation is the tool's Incarnation when the approval was asked
+	// for ("" if unknown, which matches no tool).
+	ToolIncarnation string
 }
 
 // PreviewState is the lifecycle of a preview token.
@@ -269,6 +285,9 @@ type Preview struct {
 	State          PreviewState
 	CreatedAt      time.Time
 	ExpiresAt      time.Time
+
+	// ToolIncarnation is the tool's Incarnation when the preview was made.
+	ToolIncarnation string
 }
 
 // AuditEvent is one entry of the append-only audit trail.
@@ -287,8 +306,19 @@ type AuditEvent struct {
 	Risk      RiskLevel
 	Decision  GateDecision
 	Outcome   Outcome
-	// Detail is a redacted JSON object.
-	Detail map[string]any
+	// Detail is a redacted JSON object (nil: none), encoded once when the
+	// event is built (audit.New) and stored and returned byte for byte.
+	Detail json.RawMessage
+}
+
+// DetailMap returns Detail decoded, nil when there is none or it is not a
+// JSON object: for tests and tools that read the trail.
+func (e *AuditEvent) DetailMap() map[string]any {
+	var m map[string]any
+	if len(e.Detail) > 0 && json.Unmarshal(e.Detail, &m) != nil {
+		return nil
+	}
+	return m
 }
 
 // TaskHistoryEntry records one successful call in a task, for policies.

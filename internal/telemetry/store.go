@@ -46,7 +46,7 @@ var storeOps = []string{
 	"DeleteExpiredCalls",
 	"GetApproval", "ListApprovals", "ResolveApproval",
 	"GetPreview",
-	"AppendAuditEvents", "ListAuditEvents",
+	"AppendAuditEvents", "ListAuditEvents", "DeleteAuditEventsBefore",
 	"ListTaskHistory",
 	"Ping",
 }
@@ -205,9 +205,9 @@ func (s *observedStore) StartParkedCall(ctx context.Context, p store.StartParked
 	return r, err
 }
 
-func (s *observedStore) RenewCallLease(ctx context.Context, callID string, attempt int, until time.Time) error {
+func (s *observedStore) RenewCallLease(ctx context.Context, callID string, attempt int, now time.Time, lease time.Duration) error {
 	ctx, op := s.begin(ctx, "RenewCallLease")
-	err := s.Store.RenewCallLease(ctx, callID, attempt, until)
+	err := s.Store.RenewCallLease(ctx, callID, attempt, now, lease)
 	op.end(err)
 	return err
 }
@@ -309,6 +309,13 @@ func (s *observedStore) AppendAuditEvents(ctx context.Context, events []store.Au
 func (s *observedStore) ListAuditEvents(ctx context.Context, f store.AuditFilter) ([]*store.AuditEvent, error) {
 	ctx, op := s.begin(ctx, "ListAuditEvents")
 	r, err := s.Store.ListAuditEvents(ctx, f)
+	op.end(err)
+	return r, err
+}
+
+func (s *observedStore) DeleteAuditEventsBefore(ctx context.Context, before time.Time, limit int) (int, error) {
+	ctx, op := s.begin(ctx, "DeleteAuditEventsBefore")
+	r, err := s.Store.DeleteAuditEventsBefore(ctx, before, limit)
 	op.end(err)
 	return r, err
 }

@@ -213,10 +213,11 @@ func TestStoreMetrics(t *testing.T) {
 					Decision: store.DecisionAllow, AttemptCount: 1, LeaseExpiresAt: now.Add(time.Second),
 					ClaimToken: "t", CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
 				}
-				if _, ok, err := st.ClaimCall(ctx, store.ClaimCallParams{Call: c}); err != nil || !ok {
+				if _, ok, err := st.ClaimCall(ctx, store.ClaimCallParams{Call: c, Lease: time.Millisecond}); err != nil || !ok {
 					t.Fatalf("ClaimCall: %v %v", ok, err)
 				}
 			}
+			time.Sleep(5 * time.Millisecond) // the leases run out by the store's clock
 			reaped, err := st.ReapExpiredLeases(ctx, store.ReapParams{
 				Now: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour),
 				Result:    &store.Result{Message: "lapsed"},

@@ -4,6 +4,9 @@
 package tools
 
 import (
+	"context"
+
+	"github.com/toolsvc/toolsvc/internal/connector"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
@@ -20,4 +23,22 @@ type Provider interface {
 	// Builtin returns the definitions this provider registers on its own at
 	// start (source BUILTIN), or none.
 	Builtin() []*store.Tool
+}
+
+// Connectors serves the tools declared as connectors (store.Tool.Connector
+// set): their implementations are built from their definitions — an HTTP
+// API's declared actions, an MCP server's session — not compiled in.
+type Connectors interface {
+	// Bind returns the executable tool for a connector definition, or an
+	// error saying why the definition cannot be served. It must be cheap and
+	// free of I/O: it is called at registration and whenever the registry
+	// cache loads a tool.
+	Bind(def *store.Tool) (toolkit.Tool, error)
+	// Discover asks an MCP connector's server which tools it offers now
+	// (tools/list, every page). Error text is scrubbed of secrets.
+	Discover(ctx context.Context, def *store.Tool) ([]connector.ServerTool, error)
+	// Forget releases what is held for a connector that is no longer
+	// registered (an MCP session, a server's process). It must not block
+	// on the registry.
+	Forget(id string)
 }

@@ -7,6 +7,7 @@
 package yamlvalue
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,10 +29,75 @@ const (
 // finite.
 func FromNode(n *yaml.Node) (any, error) {
 	budget := MaxNodes
-	return value(n, 0, &budget)
+	return value(n, 0, &budget, false)
 }
 
-func value(n *yaml.Node, depth int, budget *int) (any, error) {
+// JSON converts n to a JSON document, under FromNode's rules, keeping what
+// FromNode's maps cannot: the order in which each mapping's keys are
+// written. Characters are written as they are (no HTML escaping). An empty
+// document, an absent node or null is nil. JSON Schemas go through here: the order of
+// a schema's properties is part of what a model is shown, and the stored
+// document is returned to agents byte for byte.
+func JSON(n *yaml.Node) (json.RawMessage, error) {
+	budget := MaxNodes
+	v, err := value(n, 0, &budget, true)
+	if err != nil || v == nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if err := encode(&buf, v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// object is a mapping with its keys in the order written.
+type object struct {
+	keys []string
+	vals []any
+}
+
+// encode writes v (as value builds it) as compact JSON.
+func encode(buf *bytes.Buffer, v any) error {
+	switch v := v.(type) {
+	case *object:
+		buf.WriteByte('{')
+		for i, k := range v.keys {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if err := encode(buf, k); err != nil {
+				return err
+			}
+			buf.WriteByte(':')
+			if err := encode(buf, v.vals[i]); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte('}')
+	case []any:
+		buf.WriteByte('[')
+		for i, e := range v {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if err := encode(buf, e); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte(']')
+	default:
+		enc := json.NewEncoder(buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+		buf.Truncate(buf.Len() - 1) // Encode ends with a newline
+	}
+	return nil
+}
+
+func value(n *yaml.Node, depth int, budget *int, ordered bool) (any, error) {
 	if depth > MaxDepth {
 		return nil, errors.New("nested too deeply")
 	}
@@ -45,11 +111,15 @@ func value(n *yaml.Node, depth int, budget *int) (any, error) {
 		if len(n.Content) == 0 {
 			return nil, nil
 		}
-		return value(n.Content[0], depth+1, budget)
+		return value(n.Content[0], depth+1, budget, ordered)
 	case yaml.AliasNode:
-		return value(n.Alias, depth+1, budget)
+		return value(n.Alias, depth+1, budget, ordered)
 	case yaml.MappingNode:
 		m := make(map[string]any, len(n.Content)/2)
+		var o *object
+		if ordered {
+			o = &object{}
+		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i]
 			if k.Kind != yaml.ScalarNode || k.ShortTag() == "!!merge" {
@@ -58,17 +128,23 @@ func value(n *yaml.Node, depth int, budget *int) (any, error) {
 			if _, dup := m[k.Value]; dup {
 				return nil, fmt.Errorf("line %d: key %q given twice", k.Line, k.Value)
 			}
-			v, err := value(n.Content[i+1], depth+1, budget)
+			v, err := value(n.Content[i+1], depth+1, budget, ordered)
 			if err != nil {
 				return nil, err
 			}
 			m[k.Value] = v
+			if o != nil {
+				o.keys, o.vals = append(o.keys, k.Value), append(o.vals, v)
+			}
+		}
+		if o != nil {
+			return o, nil
 		}
 		return m, nil
 	case yaml.SequenceNode:
 		l := make([]any, 0, len(n.Content))
 		for _, c := range n.Content {
-			v, err := value(c, depth+1, budget)
+			v, err := value(c, depth+1, budget, ordered)
 			if err != nil {
 				return nil, err
 			}

@@ -71,3 +71,36 @@ func TestFromNodeRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestJSONKeepsOrder: JSON writes each mapping's keys in the order written,
+// and characters as they are, under FromNode's rules.
+func TestJSONKeepsOrder(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"", ""},
+		{"null", ""},
+		{"type: object\nproperties: {z: {type: integer, minimum: 1}, a: {type: string}}\nrequired: [z]",
+			`{"type":"object","properties":{"z":{"type":"integer","minimum":1},"a":{"type":"string"}},"required":["z"]}`},
+		{"description: 'a < b & c > d, é ☃'", `{"description":"a < b & c > d, é ☃"}`},
+		{"x: &v {b: 1, a: 2}\ny: *v", `{"x":{"b":1,"a":2},"y":{"b":1,"a":2}}`},
+		{"- 1.5\n- {q: \"quote\\\"d\", n: null}", `[1.5,{"q":"quote\"d","n":null}]`},
+	} {
+		var root yaml.Node
+		if err := yaml.Unmarshal([]byte(tc.src), &root); err != nil {
+			t.Fatalf("yaml: %v", err)
+		}
+		got, err := JSON(&root)
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%q: got %s, %v; want %s", tc.src, got, err, tc.want)
+		}
+		if got != nil && !json.Valid(got) {
+			t.Errorf("%q: invalid JSON %s", tc.src, got)
+		}
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal([]byte("a: 1\na: 2"), &root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := JSON(&root); err == nil || !strings.Contains(err.Error(), "given twice") {
+		t.Fatalf("duplicate key: %v", err)
+	}
+}

@@ -199,7 +199,9 @@ func (x *AuditEvent) GetDetail() *structpb.Struct {
 // ListAuditEventsRequest filters and pages the trail. Filters combine with AND.
 type ListAuditEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Maximum number to return; 0 means 100, at most 1000.
+	// Maximum number to return; 0 means 100, at most 1000. A page also ends
+	// before its events exceed the server's byte budget (audit.page_bytes),
+	// though it always holds at least one event; next_page_token continues.
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response's next_page_token.
 	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`

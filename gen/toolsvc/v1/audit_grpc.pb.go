@@ -26,7 +26,8 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// AuditService reads the append-only audit trail.
+// AuditService reads the audit trail: append-only, except that events older
+// than the server's retention window (audit.retention) are deleted.
 type AuditServiceClient interface {
 	// ListAuditEvents returns events in the order they were written, oldest
 	// first, a page at a time.
@@ -55,7 +56,8 @@ func (c *auditServiceClient) ListAuditEvents(ctx context.Context, in *ListAuditE
 // All implementations must embed UnimplementedAuditServiceServer
 // for forward compatibility.
 //
-// AuditService reads the append-only audit trail.
+// AuditService reads the audit trail: append-only, except that events older
+// than the server's retention window (audit.retention) are deleted.
 type AuditServiceServer interface {
 	// ListAuditEvents returns events in the order they were written, oldest
 	// first, a page at a time.

@@ -123,7 +123,9 @@ type CallContext struct {
 	// all of the principal's scopes.
 	Scopes []string `protobuf:"bytes,6,rep,name=scopes,proto3" json:"scopes,omitempty"`
 	// The approval this call was parked behind (optional: the server finds it
-	// by idempotency key).
+	// by idempotency key). If given, it must be the call's own: any other id,
+	// also on a new key or a key whose call is not parked, is refused with
+	// FAILED_PRECONDITION APPROVAL_INVALIDATED.
 	ApprovalId string `protobuf:"bytes,7,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
 	// The token from a PREVIEW_REQUIRED response; presenting it executes.
 	PreviewToken  string `protobuf:"bytes,8,opt,name=preview_token,json=previewToken,proto3" json:"preview_token,omitempty"`

@@ -142,7 +142,12 @@ type ToolHealth struct {
 	Status HealthStatus `protobuf:"varint,2,opt,name=status,proto3,enum=toolsvc.v1.HealthStatus" json:"status,omitempty"`
 	// When the tool last succeeded.
 	LastSuccessTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=last_success_time,json=lastSuccessTime,proto3" json:"last_success_time,omitempty"`
-	// The last error that counted against the tool's health.
+	// The last error that counted against the tool's health, as the tool
+	// reported it. It comes from some principal's call and may quote that
+	// call's arguments or the upstream's answer, so it is sent in full to
+	// principals holding the operator role only; for everyone else (agents,
+	// approvers) it is empty, while the rest of the record (last_error_time,
+	// consecutive_errors, status) is sent as usual.
 	LastError string `protobuf:"bytes,4,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
 	// When that error happened.
 	LastErrorTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_error_time,json=lastErrorTime,proto3" json:"last_error_time,omitempty"`

@@ -36,7 +36,8 @@ type ToolHealthServiceClient interface {
 	// ListToolHealth returns the health of every tool, by tool name.
 	ListToolHealth(ctx context.Context, in *ListToolHealthRequest, opts ...grpc.CallOption) (*ListToolHealthResponse, error)
 	// WatchToolHealth streams health changes, on any replica. It first sends the
-	// current health of every matching tool.
+	// current health of every matching tool. Past the server's caps on watch
+	// streams it is refused like WatchApprovals.
 	WatchToolHealth(ctx context.Context, in *WatchToolHealthRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchToolHealthResponse], error)
 	// SetToolHealth drains a tool (forces UNAVAILABLE until restored) or
 	// restores it (HEALTHY, counters reset).
@@ -111,7 +112,8 @@ type ToolHealthServiceServer interface {
 	// ListToolHealth returns the health of every tool, by tool name.
 	ListToolHealth(context.Context, *ListToolHealthRequest) (*ListToolHealthResponse, error)
 	// WatchToolHealth streams health changes, on any replica. It first sends the
-	// current health of every matching tool.
+	// current health of every matching tool. Past the server's caps on watch
+	// streams it is refused like WatchApprovals.
 	WatchToolHealth(*WatchToolHealthRequest, grpc.ServerStreamingServer[WatchToolHealthResponse]) error
 	// SetToolHealth drains a tool (forces UNAVAILABLE until restored) or
 	// restores it (HEALTHY, counters reset).

@@ -134,6 +134,113 @@ func (ToolSource) EnumDescriptor() ([]byte, []int) {
 	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{1}
 }
 
+// ConnectorType says what a connector talks to.
+type ConnectorType int32
+
+const (
+	// Not set; refused.
+	ConnectorType_CONNECTOR_TYPE_UNSPECIFIED ConnectorType = 0
+	// An MCP server, whose tools (tools/list) are the tool's actions.
+	ConnectorType_CONNECTOR_TYPE_MCP ConnectorType = 1
+	// A JSON HTTP API, whose declared actions are the tool's actions.
+	ConnectorType_CONNECTOR_TYPE_HTTP ConnectorType = 2
+)
+
+// Enum value maps for ConnectorType.
+var (
+	ConnectorType_name = map[int32]string{
+		0: "CONNECTOR_TYPE_UNSPECIFIED",
+		1: "CONNECTOR_TYPE_MCP",
+		2: "CONNECTOR_TYPE_HTTP",
+	}
+	ConnectorType_value = map[string]int32{
+		"CONNECTOR_TYPE_UNSPECIFIED": 0,
+		"CONNECTOR_TYPE_MCP":         1,
+		"CONNECTOR_TYPE_HTTP":        2,
+	}
+)
+
+func (x ConnectorType) Enum() *ConnectorType {
+	p := new(ConnectorType)
+	*p = x
+	return p
+}
+
+func (x ConnectorType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConnectorType) Descriptor() protoreflect.EnumDescriptor {
+	return file_toolsvc_v1_registry_proto_enumTypes[2].Descriptor()
+}
+
+func (ConnectorType) Type() protoreflect.EnumType {
+	return &file_toolsvc_v1_registry_proto_enumTypes[2]
+}
+
+func (x ConnectorType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConnectorType.Descriptor instead.
+func (ConnectorType) EnumDescriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{2}
+}
+
+// McpTransport says how toolsvc reaches an MCP server.
+type McpTransport int32
+
+const (
+	// Not set: stdio with a command, streamable HTTP with a url.
+	McpTransport_MCP_TRANSPORT_UNSPECIFIED McpTransport = 0
+	// A process started from command, spoken to over its standard input and
+	// output.
+	McpTransport_MCP_TRANSPORT_STDIO McpTransport = 1
+	// Streamable HTTP at url.
+	McpTransport_MCP_TRANSPORT_HTTP McpTransport = 2
+)
+
+// Enum value maps for McpTransport.
+var (
+	McpTransport_name = map[int32]string{
+		0: "MCP_TRANSPORT_UNSPECIFIED",
+		1: "MCP_TRANSPORT_STDIO",
+		2: "MCP_TRANSPORT_HTTP",
+	}
+	McpTransport_value = map[string]int32{
+		"MCP_TRANSPORT_UNSPECIFIED": 0,
+		"MCP_TRANSPORT_STDIO":       1,
+		"MCP_TRANSPORT_HTTP":        2,
+	}
+)
+
+func (x McpTransport) Enum() *McpTransport {
+	p := new(McpTransport)
+	*p = x
+	return p
+}
+
+func (x McpTransport) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (McpTransport) Descriptor() protoreflect.EnumDescriptor {
+	return file_toolsvc_v1_registry_proto_enumTypes[3].Descriptor()
+}
+
+func (McpTransport) Type() protoreflect.EnumType {
+	return &file_toolsvc_v1_registry_proto_enumTypes[3]
+}
+
+func (x McpTransport) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use McpTransport.Descriptor instead.
+func (McpTransport) EnumDescriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{3}
+}
+
 // Tool is a registered, named capability of a connector.
 type Tool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -174,7 +281,13 @@ type Tool struct {
 	// Output only. When the tool was first registered.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Output only. When the definition last changed.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Set for a tool declared as a connector: an MCP server or an HTTP API,
+	// served as one tool named by the connector's id. Its actions,
+	// connector_id, provider_type and supports_preview are derived from it
+	// (actions given in a request are ignored). It never holds a secret value,
+	// only references to the secrets store.
+	Connector     *Connector `protobuf:"bytes,19,opt,name=connector,proto3" json:"connector,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -335,6 +448,826 @@ func (x *Tool) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Tool) GetConnector() *Connector {
+	if x != nil {
+		return x.Connector
+	}
+	return nil
+}
+
+// Connector is how toolsvc reaches a connector's server, and the operator's
+// overrides, which win over what the server says.
+type Connector struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the connector talks to. Required.
+	Type ConnectorType `protobuf:"varint,1,opt,name=type,proto3,enum=toolsvc.v1.ConnectorType" json:"type,omitempty"`
+	// MCP: the transport.
+	Transport McpTransport `protobuf:"varint,2,opt,name=transport,proto3,enum=toolsvc.v1.McpTransport" json:"transport,omitempty"`
+	// MCP over stdio: the server's program and arguments (argv; no shell).
+	Command []string `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
+	// MCP over stdio: the server's environment, by variable name.
+	Env map[string]*ConfigValue `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// MCP over streamable HTTP: the endpoint.
+	Url string `protobuf:"bytes,5,opt,name=url,proto3" json:"url,omitempty"`
+	// Headers sent with every request (MCP over HTTP, HTTP APIs).
+	Headers map[string]*ConfigValue `protobuf:"bytes,6,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// MCP: bound on connecting to the server. Defaults to 10s; at most 5m.
+	ConnectTimeout *durationpb.Duration `protobuf:"bytes,7,opt,name=connect_timeout,json=connectTimeout,proto3" json:"connect_timeout,omitempty"`
+	// HTTP: the API's base URL (http or https; no credentials, query or
+	// fragment). Action paths are appended to it.
+	BaseUrl string `protobuf:"bytes,8,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
+	// HTTP: how requests authenticate.
+	Auth *HttpAuth `protobuf:"bytes,9,opt,name=auth,proto3" json:"auth,omitempty"`
+	// HTTP: turns off the preview (the request that would be sent, secrets
+	// redacted); the PREVIEW gate then asks for an approval.
+	NoPreview bool `protobuf:"varint,10,opt,name=no_preview,json=noPreview,proto3" json:"no_preview,omitempty"`
+	// HTTP: bound on a response body. Defaults to 1 MiB; at most 64 MiB.
+	MaxResponseBytes int64 `protobuf:"varint,11,opt,name=max_response_bytes,json=maxResponseBytes,proto3" json:"max_response_bytes,omitempty"`
+	// HTTP: the actions. MCP: overrides of the discovered actions of the same
+	// name (description, risk, resource_argument, preview_action only).
+	Actions []*ConnectorAction `protobuf:"bytes,12,rep,name=actions,proto3" json:"actions,omitempty"`
+	// MCP: if set, the only discovered actions the tool offers.
+	Expose []string `protobuf:"bytes,13,rep,name=expose,proto3" json:"expose,omitempty"`
+	// Output only. MCP: what the server listed at the last discovery, in action
+	// order: the server's name of each tool, its annotations, and why it is
+	// not offered, if it is not.
+	Discovered    []*DiscoveredTool `protobuf:"bytes,14,rep,name=discovered,proto3" json:"discovered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Connector) Reset() {
+	*x = Connector{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Connector) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Connector) ProtoMessage() {}
+
+func (x *Connector) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Connector.ProtoReflect.Descriptor instead.
+func (*Connector) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Connector) GetType() ConnectorType {
+	if x != nil {
+		return x.Type
+	}
+	return ConnectorType_CONNECTOR_TYPE_UNSPECIFIED
+}
+
+func (x *Connector) GetTransport() McpTransport {
+	if x != nil {
+		return x.Transport
+	}
+	return McpTransport_MCP_TRANSPORT_UNSPECIFIED
+}
+
+func (x *Connector) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *Connector) GetEnv() map[string]*ConfigValue {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *Connector) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Connector) GetHeaders() map[string]*ConfigValue {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *Connector) GetConnectTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.ConnectTimeout
+	}
+	return nil
+}
+
+func (x *Connector) GetBaseUrl() string {
+	if x != nil {
+		return x.BaseUrl
+	}
+	return ""
+}
+
+func (x *Connector) GetAuth() *HttpAuth {
+	if x != nil {
+		return x.Auth
+	}
+	return nil
+}
+
+func (x *Connector) GetNoPreview() bool {
+	if x != nil {
+		return x.NoPreview
+	}
+	return false
+}
+
+func (x *Connector) GetMaxResponseBytes() int64 {
+	if x != nil {
+		return x.MaxResponseBytes
+	}
+	return 0
+}
+
+func (x *Connector) GetActions() []*ConnectorAction {
+	if x != nil {
+		return x.Actions
+	}
+	return nil
+}
+
+func (x *Connector) GetExpose() []string {
+	if x != nil {
+		return x.Expose
+	}
+	return nil
+}
+
+func (x *Connector) GetDiscovered() []*DiscoveredTool {
+	if x != nil {
+		return x.Discovered
+	}
+	return nil
+}
+
+// ConfigValue is a literal value, or a reference to a secret fetched from the
+// secrets store (for the connector's id) right before use.
+type ConfigValue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A literal value (not a credential: those are refused).
+	Value string `protobuf:"bytes,1,opt,name=value,proto3" json:"value,omitempty"`
+	// The key of a secret; set instead of value.
+	Secret string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	// With secret: text put before the secret's value ("Bearer ").
+	Prefix        string `protobuf:"bytes,3,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigValue) Reset() {
+	*x = ConfigValue{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigValue) ProtoMessage() {}
+
+func (x *ConfigValue) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigValue.ProtoReflect.Descriptor instead.
+func (*ConfigValue) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ConfigValue) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *ConfigValue) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *ConfigValue) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+// SecretRef is a reference to a secret in the secrets store.
+type SecretRef struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The secret's key: 1-128 letters, digits, '.', '_' or '-', starting with a
+	// letter or a digit.
+	Secret string `protobuf:"bytes,1,opt,name=secret,proto3" json:"secret,omitempty"`
+	// Text put before the secret's value, where one is allowed.
+	Prefix        string `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecretRef) Reset() {
+	*x = SecretRef{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecretRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecretRef) ProtoMessage() {}
+
+func (x *SecretRef) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecretRef.ProtoReflect.Descriptor instead.
+func (*SecretRef) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SecretRef) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *SecretRef) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+// HttpAuth is how an HTTP connector authenticates. Exactly one is set.
+type HttpAuth struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The scheme.
+	//
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*HttpAuth_Bearer
+	//	*HttpAuth_Basic
+	//	*HttpAuth_Header
+	//	*HttpAuth_Query
+	Kind          isHttpAuth_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HttpAuth) Reset() {
+	*x = HttpAuth{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HttpAuth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HttpAuth) ProtoMessage() {}
+
+func (x *HttpAuth) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HttpAuth.ProtoReflect.Descriptor instead.
+func (*HttpAuth) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *HttpAuth) GetKind() isHttpAuth_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *HttpAuth) GetBearer() *SecretRef {
+	if x != nil {
+		if x, ok := x.Kind.(*HttpAuth_Bearer); ok {
+			return x.Bearer
+		}
+	}
+	return nil
+}
+
+func (x *HttpAuth) GetBasic() *BasicAuth {
+	if x != nil {
+		if x, ok := x.Kind.(*HttpAuth_Basic); ok {
+			return x.Basic
+		}
+	}
+	return nil
+}
+
+func (x *HttpAuth) GetHeader() *NamedSecret {
+	if x != nil {
+		if x, ok := x.Kind.(*HttpAuth_Header); ok {
+			return x.Header
+		}
+	}
+	return nil
+}
+
+func (x *HttpAuth) GetQuery() *NamedSecret {
+	if x != nil {
+		if x, ok := x.Kind.(*HttpAuth_Query); ok {
+			return x.Query
+		}
+	}
+	return nil
+}
+
+type isHttpAuth_Kind interface {
+	isHttpAuth_Kind()
+}
+
+type HttpAuth_Bearer struct {
+	// Authorization: Bearer <secret>.
+	Bearer *SecretRef `protobuf:"bytes,1,opt,name=bearer,proto3,oneof"`
+}
+
+type HttpAuth_Basic struct {
+	// HTTP Basic credentials.
+	Basic *BasicAuth `protobuf:"bytes,2,opt,name=basic,proto3,oneof"`
+}
+
+type HttpAuth_Header struct {
+	// The secret in a header of its own (X-Api-Key: <secret>).
+	Header *NamedSecret `protobuf:"bytes,3,opt,name=header,proto3,oneof"`
+}
+
+type HttpAuth_Query struct {
+	// The secret as a query parameter (?api_key=<secret>).
+	Query *NamedSecret `protobuf:"bytes,4,opt,name=query,proto3,oneof"`
+}
+
+func (*HttpAuth_Bearer) isHttpAuth_Kind() {}
+
+func (*HttpAuth_Basic) isHttpAuth_Kind() {}
+
+func (*HttpAuth_Header) isHttpAuth_Kind() {}
+
+func (*HttpAuth_Query) isHttpAuth_Kind() {}
+
+// BasicAuth is a user name and a secret password.
+type BasicAuth struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The user name, literal or secret.
+	Username *ConfigValue `protobuf:"bytes,1,opt,name=username,proto3" json:"username,omitempty"`
+	// The password.
+	Password      *SecretRef `protobuf:"bytes,2,opt,name=password,proto3" json:"password,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BasicAuth) Reset() {
+	*x = BasicAuth{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BasicAuth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BasicAuth) ProtoMessage() {}
+
+func (x *BasicAuth) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BasicAuth.ProtoReflect.Descriptor instead.
+func (*BasicAuth) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *BasicAuth) GetUsername() *ConfigValue {
+	if x != nil {
+		return x.Username
+	}
+	return nil
+}
+
+func (x *BasicAuth) GetPassword() *SecretRef {
+	if x != nil {
+		return x.Password
+	}
+	return nil
+}
+
+// NamedSecret is a secret sent under a name.
+type NamedSecret struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The header or query parameter name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The secret.
+	Value         *SecretRef `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NamedSecret) Reset() {
+	*x = NamedSecret{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NamedSecret) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NamedSecret) ProtoMessage() {}
+
+func (x *NamedSecret) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NamedSecret.ProtoReflect.Descriptor instead.
+func (*NamedSecret) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *NamedSecret) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NamedSecret) GetValue() *SecretRef {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+// ConnectorAction is an HTTP connector's action, or the overrides of an MCP
+// connector's discovered action.
+type ConnectorAction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name, matching ^[a-z0-9_-]{1,64}$.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Model-facing summary (1-200 ASCII characters); for MCP, replaces the
+	// server's.
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// HTTP: GET, HEAD, POST, PUT, PATCH or DELETE.
+	Method string `protobuf:"bytes,3,opt,name=method,proto3" json:"method,omitempty"`
+	// HTTP: the path template appended to base_url, e.g. /invoices/{id}; each
+	// parameter is an argument, escaped into its path segment.
+	Path string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	// HTTP: arguments sent as query parameters.
+	Query []string `protobuf:"bytes,5,rep,name=query,proto3" json:"query,omitempty"`
+	// HTTP: arguments sent as fields of the JSON body. Arguments neither in the
+	// path nor listed go in the body of POST, PUT and PATCH, in the query of
+	// the others.
+	Body []string `protobuf:"bytes,6,rep,name=body,proto3" json:"body,omitempty"`
+	// HTTP: JSON Schema of the arguments; absent, each path parameter is a
+	// required string and each query and body argument optional.
+	InputSchema *structpb.Struct `protobuf:"bytes,7,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
+	// HTTP: optional JSON Schema of the result value.
+	OutputSchema *structpb.Struct `protobuf:"bytes,8,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
+	// The action's risk. For MCP it wins over the risk from annotations.
+	Risk RiskLevel `protobuf:"varint,9,opt,name=risk,proto3,enum=toolsvc.v1.RiskLevel" json:"risk,omitempty"`
+	// The argument that names the resource the action touches.
+	ResourceArgument string `protobuf:"bytes,10,opt,name=resource_argument,json=resourceArgument,proto3" json:"resource_argument,omitempty"`
+	// MCP: a side-effect-free action of the same server that previews this
+	// one, called with the same arguments when the gate asks for a preview.
+	PreviewAction string `protobuf:"bytes,11,opt,name=preview_action,json=previewAction,proto3" json:"preview_action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConnectorAction) Reset() {
+	*x = ConnectorAction{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConnectorAction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConnectorAction) ProtoMessage() {}
+
+func (x *ConnectorAction) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConnectorAction.ProtoReflect.Descriptor instead.
+func (*ConnectorAction) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ConnectorAction) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConnectorAction) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *ConnectorAction) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *ConnectorAction) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ConnectorAction) GetQuery() []string {
+	if x != nil {
+		return x.Query
+	}
+	return nil
+}
+
+func (x *ConnectorAction) GetBody() []string {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *ConnectorAction) GetInputSchema() *structpb.Struct {
+	if x != nil {
+		return x.InputSchema
+	}
+	return nil
+}
+
+func (x *ConnectorAction) GetOutputSchema() *structpb.Struct {
+	if x != nil {
+		return x.OutputSchema
+	}
+	return nil
+}
+
+func (x *ConnectorAction) GetRisk() RiskLevel {
+	if x != nil {
+		return x.Risk
+	}
+	return RiskLevel_RISK_LEVEL_UNSPECIFIED
+}
+
+func (x *ConnectorAction) GetResourceArgument() string {
+	if x != nil {
+		return x.ResourceArgument
+	}
+	return ""
+}
+
+func (x *ConnectorAction) GetPreviewAction() string {
+	if x != nil {
+		return x.PreviewAction
+	}
+	return ""
+}
+
+// DiscoveredTool is one tool an MCP server listed.
+type DiscoveredTool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The action it is offered as.
+	Action string `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	// The server's name of the tool, which calls use.
+	ServerTool string `protobuf:"bytes,2,opt,name=server_tool,json=serverTool,proto3" json:"server_tool,omitempty"`
+	// The server's hints; unset ones were not given.
+	Annotations *ToolAnnotations `protobuf:"bytes,3,opt,name=annotations,proto3" json:"annotations,omitempty"`
+	// Why the tool is not offered (its name or schema is not usable); empty
+	// when it is.
+	Problem       string `protobuf:"bytes,4,opt,name=problem,proto3" json:"problem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscoveredTool) Reset() {
+	*x = DiscoveredTool{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscoveredTool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscoveredTool) ProtoMessage() {}
+
+func (x *DiscoveredTool) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscoveredTool.ProtoReflect.Descriptor instead.
+func (*DiscoveredTool) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *DiscoveredTool) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *DiscoveredTool) GetServerTool() string {
+	if x != nil {
+		return x.ServerTool
+	}
+	return ""
+}
+
+func (x *DiscoveredTool) GetAnnotations() *ToolAnnotations {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
+func (x *DiscoveredTool) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
+}
+
+// ToolAnnotations are an MCP tool's hints. Risk from them, unless the operator
+// set one: read_only_hint LOW, destructive_hint HIGH, otherwise MEDIUM;
+// open_world_hint raises it by one; never below the tool's default_risk.
+type ToolAnnotations struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool does not change its environment.
+	ReadOnlyHint *bool `protobuf:"varint,1,opt,name=read_only_hint,json=readOnlyHint,proto3,oneof" json:"read_only_hint,omitempty"`
+	// The tool may make destructive updates.
+	DestructiveHint *bool `protobuf:"varint,2,opt,name=destructive_hint,json=destructiveHint,proto3,oneof" json:"destructive_hint,omitempty"`
+	// The tool reaches an open world (the internet, other people).
+	OpenWorldHint *bool `protobuf:"varint,3,opt,name=open_world_hint,json=openWorldHint,proto3,oneof" json:"open_world_hint,omitempty"`
+	// Calling the tool again with the same arguments has no further effect.
+	IdempotentHint *bool `protobuf:"varint,4,opt,name=idempotent_hint,json=idempotentHint,proto3,oneof" json:"idempotent_hint,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ToolAnnotations) Reset() {
+	*x = ToolAnnotations{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolAnnotations) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolAnnotations) ProtoMessage() {}
+
+func (x *ToolAnnotations) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolAnnotations.ProtoReflect.Descriptor instead.
+func (*ToolAnnotations) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ToolAnnotations) GetReadOnlyHint() bool {
+	if x != nil && x.ReadOnlyHint != nil {
+		return *x.ReadOnlyHint
+	}
+	return false
+}
+
+func (x *ToolAnnotations) GetDestructiveHint() bool {
+	if x != nil && x.DestructiveHint != nil {
+		return *x.DestructiveHint
+	}
+	return false
+}
+
+func (x *ToolAnnotations) GetOpenWorldHint() bool {
+	if x != nil && x.OpenWorldHint != nil {
+		return *x.OpenWorldHint
+	}
+	return false
+}
+
+func (x *ToolAnnotations) GetIdempotentHint() bool {
+	if x != nil && x.IdempotentHint != nil {
+		return *x.IdempotentHint
+	}
+	return false
+}
+
 // Action is one operation of a tool.
 type Action struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -345,8 +1278,14 @@ type Action struct {
 	// JSON Schema (draft 2020-12 unless $schema says otherwise) for the
 	// arguments. Must describe an object. Properties not declared are refused
 	// unless the schema sets additionalProperties. Absent means "no arguments".
+	//
+	// A Struct is a map: it has no key order, and its encoding may order keys
+	// differently from one response to the next. input_schema_json is the same
+	// document as text and is the authoritative form; this field is kept for
+	// clients that want a Struct.
 	InputSchema *structpb.Struct `protobuf:"bytes,3,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
-	// Optional JSON Schema for the result value.
+	// Optional JSON Schema for the result value. output_schema_json is the same
+	// document as text, and authoritative.
 	OutputSchema *structpb.Struct `protobuf:"bytes,4,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
 	// Risk override for this action; UNSPECIFIED inherits the tool's default.
 	Risk RiskLevel `protobuf:"varint,5,opt,name=risk,proto3,enum=toolsvc.v1.RiskLevel" json:"risk,omitempty"`
@@ -356,13 +1295,28 @@ type Action struct {
 	// The argument that names the resource the action touches (e.g. "path"),
 	// recorded in task history for read-before-write policies.
 	ResourceArgument string `protobuf:"bytes,7,opt,name=resource_argument,json=resourceArgument,proto3" json:"resource_argument,omitempty"`
+	// The input schema as JSON text: the authoritative, byte-stable form of
+	// input_schema. In responses it is the stored document exactly as it was
+	// registered (insignificant whitespace removed, keys in the order given),
+	// byte for byte the same on every call and every replica until the tool
+	// changes, so that an agent may cache prompts and detect changes by
+	// comparing bytes. Empty when the action has no input schema.
+	//
+	// In RegisterTool, set either this or input_schema; this one keeps the key
+	// order you give (a Struct cannot carry one). If both are set they must be
+	// the same JSON document, else the request is refused (INVALID_ARGUMENT).
+	InputSchemaJson string `protobuf:"bytes,8,opt,name=input_schema_json,json=inputSchemaJson,proto3" json:"input_schema_json,omitempty"`
+	// The output schema as JSON text, like input_schema_json: authoritative,
+	// byte-stable, empty without an output schema. In RegisterTool, set either
+	// this or output_schema (if both, the same document).
+	OutputSchemaJson string `protobuf:"bytes,9,opt,name=output_schema_json,json=outputSchemaJson,proto3" json:"output_schema_json,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Action) Reset() {
 	*x = Action{}
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[1]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -374,7 +1328,7 @@ func (x *Action) String() string {
 func (*Action) ProtoMessage() {}
 
 func (x *Action) ProtoReflect() protoreflect.Message {
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[1]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -387,7 +1341,7 @@ func (x *Action) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Action.ProtoReflect.Descriptor instead.
 func (*Action) Descriptor() ([]byte, []int) {
-	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{1}
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Action) GetName() string {
@@ -439,22 +1393,45 @@ func (x *Action) GetResourceArgument() string {
 	return ""
 }
 
+func (x *Action) GetInputSchemaJson() string {
+	if x != nil {
+		return x.InputSchemaJson
+	}
+	return ""
+}
+
+func (x *Action) GetOutputSchemaJson() string {
+	if x != nil {
+		return x.OutputSchemaJson
+	}
+	return ""
+}
+
 // ActionExample is one example invocation of an action.
 type ActionExample struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// What the example shows: at most 200 characters.
 	Description string `protobuf:"bytes,1,opt,name=description,proto3" json:"description,omitempty"`
-	// Example arguments.
+	// Example arguments. input_json is the same document as text, and
+	// authoritative (a Struct has no key order).
 	Input *structpb.Struct `protobuf:"bytes,2,opt,name=input,proto3" json:"input,omitempty"`
-	// Example result value.
-	Output        *structpb.Value `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
+	// Example result value. output_json is the same value as text, and
+	// authoritative.
+	Output *structpb.Value `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
+	// The example arguments as JSON text, stored and returned exactly as
+	// registered (like Action.input_schema_json): byte-stable. In
+	// RegisterTool, set either this or input (if both, the same document).
+	InputJson string `protobuf:"bytes,4,opt,name=input_json,json=inputJson,proto3" json:"input_json,omitempty"`
+	// The example result value as JSON text, like input_json. In
+	// RegisterTool, set either this or output (if both, the same value).
+	OutputJson    string `protobuf:"bytes,5,opt,name=output_json,json=outputJson,proto3" json:"output_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ActionExample) Reset() {
 	*x = ActionExample{}
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[2]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -466,7 +1443,7 @@ func (x *ActionExample) String() string {
 func (*ActionExample) ProtoMessage() {}
 
 func (x *ActionExample) ProtoReflect() protoreflect.Message {
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[2]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -479,7 +1456,7 @@ func (x *ActionExample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActionExample.ProtoReflect.Descriptor instead.
 func (*ActionExample) Descriptor() ([]byte, []int) {
-	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{2}
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ActionExample) GetDescription() string {
@@ -503,6 +1480,20 @@ func (x *ActionExample) GetOutput() *structpb.Value {
 	return nil
 }
 
+func (x *ActionExample) GetInputJson() string {
+	if x != nil {
+		return x.InputJson
+	}
+	return ""
+}
+
+func (x *ActionExample) GetOutputJson() string {
+	if x != nil {
+		return x.OutputJson
+	}
+	return ""
+}
+
 // Policy constrains when a tool's actions may run, judged against the history
 // of the calling principal's task (context.task_id). All policies must allow;
 // a policy that cannot decide denies.
@@ -521,7 +1512,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[3]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +1524,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[3]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +1537,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{3}
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Policy) GetKind() isPolicy_Kind {
@@ -607,7 +1598,7 @@ type SequentialDependency struct {
 
 func (x *SequentialDependency) Reset() {
 	*x = SequentialDependency{}
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[4]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +1610,7 @@ func (x *SequentialDependency) String() string {
 func (*SequentialDependency) ProtoMessage() {}
 
 func (x *SequentialDependency) ProtoReflect() protoreflect.Message {
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[4]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +1623,7 @@ func (x *SequentialDependency) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SequentialDependency.ProtoReflect.Descriptor instead.
 func (*SequentialDependency) Descriptor() ([]byte, []int) {
-	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{4}
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SequentialDependency) GetAction() string {
@@ -667,7 +1658,7 @@ type ReadBeforeWrite struct {
 
 func (x *ReadBeforeWrite) Reset() {
 	*x = ReadBeforeWrite{}
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[5]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +1670,7 @@ func (x *ReadBeforeWrite) String() string {
 func (*ReadBeforeWrite) ProtoMessage() {}
 
 func (x *ReadBeforeWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[5]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +1683,7 @@ func (x *ReadBeforeWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadBeforeWrite.ProtoReflect.Descriptor instead.
 func (*ReadBeforeWrite) Descriptor() ([]byte, []int) {
-	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{5}
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReadBeforeWrite) GetReadActions() []string {
@@ -732,7 +1723,7 @@ type RegisterToolRequest struct {
 
 func (x *RegisterToolRequest) Reset() {
 	*x = RegisterToolRequest{}
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[6]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -744,7 +1735,7 @@ func (x *RegisterToolRequest) String() string {
 func (*RegisterToolRequest) ProtoMessage() {}
 
 func (x *RegisterToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[6]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -757,7 +1748,7 @@ func (x *RegisterToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterToolRequest.ProtoReflect.Descriptor instead.
 func (*RegisterToolRequest) Descriptor() ([]byte, []int) {
-	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{6}
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RegisterToolRequest) GetTool() *Tool {
@@ -794,7 +1785,7 @@ type RegisterToolResponse struct {
 
 func (x *RegisterToolResponse) Reset() {
 	*x = RegisterToolResponse{}
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[7]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +1797,7 @@ func (x *RegisterToolResponse) String() string {
 func (*RegisterToolResponse) ProtoMessage() {}
 
 func (x *RegisterToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[7]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +1810,7 @@ func (x *RegisterToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterToolResponse.ProtoReflect.Descriptor instead.
 func (*RegisterToolResponse) Descriptor() ([]byte, []int) {
-	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{7}
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RegisterToolResponse) GetTool() *Tool {
@@ -847,7 +1838,7 @@ type GetToolRequest struct {
 
 func (x *GetToolRequest) Reset() {
 	*x = GetToolRequest{}
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[8]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +1850,7 @@ func (x *GetToolRequest) String() string {
 func (*GetToolRequest) ProtoMessage() {}
 
 func (x *GetToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[8]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +1863,7 @@ func (x *GetToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetToolRequest.ProtoReflect.Descriptor instead.
 func (*GetToolRequest) Descriptor() ([]byte, []int) {
-	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{8}
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetToolRequest) GetName() string {
@@ -893,7 +1884,7 @@ type GetToolResponse struct {
 
 func (x *GetToolResponse) Reset() {
 	*x = GetToolResponse{}
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[9]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +1896,7 @@ func (x *GetToolResponse) String() string {
 func (*GetToolResponse) ProtoMessage() {}
 
 func (x *GetToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[9]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1909,7 @@ func (x *GetToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetToolResponse.ProtoReflect.Descriptor instead.
 func (*GetToolResponse) Descriptor() ([]byte, []int) {
-	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{9}
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetToolResponse) GetTool() *Tool {
@@ -941,7 +1932,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[10]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1944,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[10]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1957,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{10}
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListToolsRequest) GetPageSize() int32 {
@@ -996,7 +1987,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[11]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1999,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[11]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +2012,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{11}
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListToolsResponse) GetTools() []*Tool {
@@ -1051,7 +2042,7 @@ type DeregisterToolRequest struct {
 
 func (x *DeregisterToolRequest) Reset() {
 	*x = DeregisterToolRequest{}
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[12]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +2054,7 @@ func (x *DeregisterToolRequest) String() string {
 func (*DeregisterToolRequest) ProtoMessage() {}
 
 func (x *DeregisterToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[12]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +2067,7 @@ func (x *DeregisterToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterToolRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterToolRequest) Descriptor() ([]byte, []int) {
-	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{12}
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeregisterToolRequest) GetName() string {
@@ -1104,7 +2095,7 @@ type DeregisterToolResponse struct {
 
 func (x *DeregisterToolResponse) Reset() {
 	*x = DeregisterToolResponse{}
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[13]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +2107,7 @@ func (x *DeregisterToolResponse) String() string {
 func (*DeregisterToolResponse) ProtoMessage() {}
 
 func (x *DeregisterToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolsvc_v1_registry_proto_msgTypes[13]
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +2120,7 @@ func (x *DeregisterToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterToolResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterToolResponse) Descriptor() ([]byte, []int) {
-	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{13}
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeregisterToolResponse) GetTool() *Tool {
@@ -1139,12 +2130,113 @@ func (x *DeregisterToolResponse) GetTool() *Tool {
 	return nil
 }
 
+// SyncToolRequest names the connector tool to discover again.
+type SyncToolRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool's name (the connector's id).
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncToolRequest) Reset() {
+	*x = SyncToolRequest{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncToolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncToolRequest) ProtoMessage() {}
+
+func (x *SyncToolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncToolRequest.ProtoReflect.Descriptor instead.
+func (*SyncToolRequest) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *SyncToolRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// SyncToolResponse is the tool after the discovery.
+type SyncToolResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool as stored.
+	Tool *Tool `protobuf:"bytes,1,opt,name=tool,proto3" json:"tool,omitempty"`
+	// True if the discovery changed the tool (a new version).
+	Changed       bool `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncToolResponse) Reset() {
+	*x = SyncToolResponse{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncToolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncToolResponse) ProtoMessage() {}
+
+func (x *SyncToolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncToolResponse.ProtoReflect.Descriptor instead.
+func (*SyncToolResponse) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *SyncToolResponse) GetTool() *Tool {
+	if x != nil {
+		return x.Tool
+	}
+	return nil
+}
+
+func (x *SyncToolResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
 var File_toolsvc_v1_registry_proto protoreflect.FileDescriptor
 
 const file_toolsvc_v1_registry_proto_rawDesc = "" +
 	"\n" +
 	"\x19toolsvc/v1/registry.proto\x12\n" +
-	"toolsvc.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17toolsvc/v1/common.proto\"\xab\x06\n" +
+	"toolsvc.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17toolsvc/v1/common.proto\"\xe0\x06\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12!\n" +
@@ -1167,7 +2259,80 @@ const file_toolsvc_v1_registry_proto_rawDesc = "" +
 	"\vcreate_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xc7\x02\n" +
+	"updateTime\x123\n" +
+	"\tconnector\x18\x13 \x01(\v2\x15.toolsvc.v1.ConnectorR\tconnector\"\x95\x06\n" +
+	"\tConnector\x12-\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x19.toolsvc.v1.ConnectorTypeR\x04type\x126\n" +
+	"\ttransport\x18\x02 \x01(\x0e2\x18.toolsvc.v1.McpTransportR\ttransport\x12\x18\n" +
+	"\acommand\x18\x03 \x03(\tR\acommand\x120\n" +
+	"\x03env\x18\x04 \x03(\v2\x1e.toolsvc.v1.Connector.EnvEntryR\x03env\x12\x10\n" +
+	"\x03url\x18\x05 \x01(\tR\x03url\x12<\n" +
+	"\aheaders\x18\x06 \x03(\v2\".toolsvc.v1.Connector.HeadersEntryR\aheaders\x12B\n" +
+	"\x0fconnect_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0econnectTimeout\x12\x19\n" +
+	"\bbase_url\x18\b \x01(\tR\abaseUrl\x12(\n" +
+	"\x04auth\x18\t \x01(\v2\x14.toolsvc.v1.HttpAuthR\x04auth\x12\x1d\n" +
+	"\n" +
+	"no_preview\x18\n" +
+	" \x01(\bR\tnoPreview\x12,\n" +
+	"\x12max_response_bytes\x18\v \x01(\x03R\x10maxResponseBytes\x125\n" +
+	"\aactions\x18\f \x03(\v2\x1b.toolsvc.v1.ConnectorActionR\aactions\x12\x16\n" +
+	"\x06expose\x18\r \x03(\tR\x06expose\x12:\n" +
+	"\n" +
+	"discovered\x18\x0e \x03(\v2\x1a.toolsvc.v1.DiscoveredToolR\n" +
+	"discovered\x1aO\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12-\n" +
+	"\x05value\x18\x02 \x01(\v2\x17.toolsvc.v1.ConfigValueR\x05value:\x028\x01\x1aS\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12-\n" +
+	"\x05value\x18\x02 \x01(\v2\x17.toolsvc.v1.ConfigValueR\x05value:\x028\x01\"S\n" +
+	"\vConfigValue\x12\x14\n" +
+	"\x05value\x18\x01 \x01(\tR\x05value\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\x12\x16\n" +
+	"\x06prefix\x18\x03 \x01(\tR\x06prefix\";\n" +
+	"\tSecretRef\x12\x16\n" +
+	"\x06secret\x18\x01 \x01(\tR\x06secret\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\tR\x06prefix\"\xd6\x01\n" +
+	"\bHttpAuth\x12/\n" +
+	"\x06bearer\x18\x01 \x01(\v2\x15.toolsvc.v1.SecretRefH\x00R\x06bearer\x12-\n" +
+	"\x05basic\x18\x02 \x01(\v2\x15.toolsvc.v1.BasicAuthH\x00R\x05basic\x121\n" +
+	"\x06header\x18\x03 \x01(\v2\x17.toolsvc.v1.NamedSecretH\x00R\x06header\x12/\n" +
+	"\x05query\x18\x04 \x01(\v2\x17.toolsvc.v1.NamedSecretH\x00R\x05queryB\x06\n" +
+	"\x04kind\"s\n" +
+	"\tBasicAuth\x123\n" +
+	"\busername\x18\x01 \x01(\v2\x17.toolsvc.v1.ConfigValueR\busername\x121\n" +
+	"\bpassword\x18\x02 \x01(\v2\x15.toolsvc.v1.SecretRefR\bpassword\"N\n" +
+	"\vNamedSecret\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
+	"\x05value\x18\x02 \x01(\v2\x15.toolsvc.v1.SecretRefR\x05value\"\x96\x03\n" +
+	"\x0fConnectorAction\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x16\n" +
+	"\x06method\x18\x03 \x01(\tR\x06method\x12\x12\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\x12\x14\n" +
+	"\x05query\x18\x05 \x03(\tR\x05query\x12\x12\n" +
+	"\x04body\x18\x06 \x03(\tR\x04body\x12:\n" +
+	"\finput_schema\x18\a \x01(\v2\x17.google.protobuf.StructR\vinputSchema\x12<\n" +
+	"\routput_schema\x18\b \x01(\v2\x17.google.protobuf.StructR\foutputSchema\x12)\n" +
+	"\x04risk\x18\t \x01(\x0e2\x15.toolsvc.v1.RiskLevelR\x04risk\x12+\n" +
+	"\x11resource_argument\x18\n" +
+	" \x01(\tR\x10resourceArgument\x12%\n" +
+	"\x0epreview_action\x18\v \x01(\tR\rpreviewAction\"\xa2\x01\n" +
+	"\x0eDiscoveredTool\x12\x16\n" +
+	"\x06action\x18\x01 \x01(\tR\x06action\x12\x1f\n" +
+	"\vserver_tool\x18\x02 \x01(\tR\n" +
+	"serverTool\x12=\n" +
+	"\vannotations\x18\x03 \x01(\v2\x1b.toolsvc.v1.ToolAnnotationsR\vannotations\x12\x18\n" +
+	"\aproblem\x18\x04 \x01(\tR\aproblem\"\x97\x02\n" +
+	"\x0fToolAnnotations\x12)\n" +
+	"\x0eread_only_hint\x18\x01 \x01(\bH\x00R\freadOnlyHint\x88\x01\x01\x12.\n" +
+	"\x10destructive_hint\x18\x02 \x01(\bH\x01R\x0fdestructiveHint\x88\x01\x01\x12+\n" +
+	"\x0fopen_world_hint\x18\x03 \x01(\bH\x02R\ropenWorldHint\x88\x01\x01\x12,\n" +
+	"\x0fidempotent_hint\x18\x04 \x01(\bH\x03R\x0eidempotentHint\x88\x01\x01B\x11\n" +
+	"\x0f_read_only_hintB\x13\n" +
+	"\x11_destructive_hintB\x12\n" +
+	"\x10_open_world_hintB\x12\n" +
+	"\x10_idempotent_hint\"\xa1\x03\n" +
 	"\x06Action\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
@@ -1175,11 +2340,17 @@ const file_toolsvc_v1_registry_proto_rawDesc = "" +
 	"\routput_schema\x18\x04 \x01(\v2\x17.google.protobuf.StructR\foutputSchema\x12)\n" +
 	"\x04risk\x18\x05 \x01(\x0e2\x15.toolsvc.v1.RiskLevelR\x04risk\x125\n" +
 	"\bexamples\x18\x06 \x03(\v2\x19.toolsvc.v1.ActionExampleR\bexamples\x12+\n" +
-	"\x11resource_argument\x18\a \x01(\tR\x10resourceArgument\"\x90\x01\n" +
+	"\x11resource_argument\x18\a \x01(\tR\x10resourceArgument\x12*\n" +
+	"\x11input_schema_json\x18\b \x01(\tR\x0finputSchemaJson\x12,\n" +
+	"\x12output_schema_json\x18\t \x01(\tR\x10outputSchemaJson\"\xd0\x01\n" +
 	"\rActionExample\x12 \n" +
 	"\vdescription\x18\x01 \x01(\tR\vdescription\x12-\n" +
 	"\x05input\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x05input\x12.\n" +
-	"\x06output\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x06output\"\xb4\x01\n" +
+	"\x06output\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x06output\x12\x1d\n" +
+	"\n" +
+	"input_json\x18\x04 \x01(\tR\tinputJson\x12\x1f\n" +
+	"\voutput_json\x18\x05 \x01(\tR\n" +
+	"outputJson\"\xb4\x01\n" +
 	"\x06Policy\x12W\n" +
 	"\x15sequential_dependency\x18\x01 \x01(\v2 .toolsvc.v1.SequentialDependencyH\x00R\x14sequentialDependency\x12I\n" +
 	"\x11read_before_write\x18\x02 \x01(\v2\x1b.toolsvc.v1.ReadBeforeWriteH\x00R\x0freadBeforeWriteB\x06\n" +
@@ -1213,7 +2384,12 @@ const file_toolsvc_v1_registry_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x10expected_version\x18\x02 \x01(\x03R\x0fexpectedVersion\">\n" +
 	"\x16DeregisterToolResponse\x12$\n" +
-	"\x04tool\x18\x01 \x01(\v2\x10.toolsvc.v1.ToolR\x04tool*^\n" +
+	"\x04tool\x18\x01 \x01(\v2\x10.toolsvc.v1.ToolR\x04tool\"%\n" +
+	"\x0fSyncToolRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"R\n" +
+	"\x10SyncToolResponse\x12$\n" +
+	"\x04tool\x18\x01 \x01(\v2\x10.toolsvc.v1.ToolR\x04tool\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged*^\n" +
 	"\fProviderType\x12\x1d\n" +
 	"\x19PROVIDER_TYPE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14PROVIDER_TYPE_NATIVE\x10\x01\x12\x15\n" +
@@ -1223,12 +2399,21 @@ const file_toolsvc_v1_registry_proto_rawDesc = "" +
 	"\x17TOOL_SOURCE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fTOOL_SOURCE_API\x10\x01\x12\x14\n" +
 	"\x10TOOL_SOURCE_FILE\x10\x02\x12\x17\n" +
-	"\x13TOOL_SOURCE_BUILTIN\x10\x032\xcb\x02\n" +
+	"\x13TOOL_SOURCE_BUILTIN\x10\x03*`\n" +
+	"\rConnectorType\x12\x1e\n" +
+	"\x1aCONNECTOR_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12CONNECTOR_TYPE_MCP\x10\x01\x12\x17\n" +
+	"\x13CONNECTOR_TYPE_HTTP\x10\x02*^\n" +
+	"\fMcpTransport\x12\x1d\n" +
+	"\x19MCP_TRANSPORT_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13MCP_TRANSPORT_STDIO\x10\x01\x12\x16\n" +
+	"\x12MCP_TRANSPORT_HTTP\x10\x022\x92\x03\n" +
 	"\x0fRegistryService\x12Q\n" +
 	"\fRegisterTool\x12\x1f.toolsvc.v1.RegisterToolRequest\x1a .toolsvc.v1.RegisterToolResponse\x12B\n" +
 	"\aGetTool\x12\x1a.toolsvc.v1.GetToolRequest\x1a\x1b.toolsvc.v1.GetToolResponse\x12H\n" +
 	"\tListTools\x12\x1c.toolsvc.v1.ListToolsRequest\x1a\x1d.toolsvc.v1.ListToolsResponse\x12W\n" +
-	"\x0eDeregisterTool\x12!.toolsvc.v1.DeregisterToolRequest\x1a\".toolsvc.v1.DeregisterToolResponseB5Z3github.com/toolsvc/toolsvc/gen/toolsvc/v1;toolsvcv1b\x06proto3"
+	"\x0eDeregisterTool\x12!.toolsvc.v1.DeregisterToolRequest\x1a\".toolsvc.v1.DeregisterToolResponse\x12E\n" +
+	"\bSyncTool\x12\x1b.toolsvc.v1.SyncToolRequest\x1a\x1c.toolsvc.v1.SyncToolResponseB5Z3github.com/toolsvc/toolsvc/gen/toolsvc/v1;toolsvcv1b\x06proto3"
 
 var (
 	file_toolsvc_v1_registry_proto_rawDescOnce sync.Once
@@ -1242,67 +2427,107 @@ func file_toolsvc_v1_registry_proto_rawDescGZIP() []byte {
 	return file_toolsvc_v1_registry_proto_rawDescData
 }
 
-var file_toolsvc_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_toolsvc_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_toolsvc_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_toolsvc_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_toolsvc_v1_registry_proto_goTypes = []any{
 	(ProviderType)(0),              // 0: toolsvc.v1.ProviderType
 	(ToolSource)(0),                // 1: toolsvc.v1.ToolSource
-	(*Tool)(nil),                   // 2: toolsvc.v1.Tool
-	(*Action)(nil),                 // 3: toolsvc.v1.Action
-	(*ActionExample)(nil),          // 4: toolsvc.v1.ActionExample
-	(*Policy)(nil),                 // 5: toolsvc.v1.Policy
-	(*SequentialDependency)(nil),   // 6: toolsvc.v1.SequentialDependency
-	(*ReadBeforeWrite)(nil),        // 7: toolsvc.v1.ReadBeforeWrite
-	(*RegisterToolRequest)(nil),    // 8: toolsvc.v1.RegisterToolRequest
-	(*RegisterToolResponse)(nil),   // 9: toolsvc.v1.RegisterToolResponse
-	(*GetToolRequest)(nil),         // 10: toolsvc.v1.GetToolRequest
-	(*GetToolResponse)(nil),        // 11: toolsvc.v1.GetToolResponse
-	(*ListToolsRequest)(nil),       // 12: toolsvc.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),      // 13: toolsvc.v1.ListToolsResponse
-	(*DeregisterToolRequest)(nil),  // 14: toolsvc.v1.DeregisterToolRequest
-	(*DeregisterToolResponse)(nil), // 15: toolsvc.v1.DeregisterToolResponse
-	(RiskLevel)(0),                 // 16: toolsvc.v1.RiskLevel
-	(*durationpb.Duration)(nil),    // 17: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 18: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),        // 19: google.protobuf.Struct
-	(*structpb.Value)(nil),         // 20: google.protobuf.Value
+	(ConnectorType)(0),             // 2: toolsvc.v1.ConnectorType
+	(McpTransport)(0),              // 3: toolsvc.v1.McpTransport
+	(*Tool)(nil),                   // 4: toolsvc.v1.Tool
+	(*Connector)(nil),              // 5: toolsvc.v1.Connector
+	(*ConfigValue)(nil),            // 6: toolsvc.v1.ConfigValue
+	(*SecretRef)(nil),              // 7: toolsvc.v1.SecretRef
+	(*HttpAuth)(nil),               // 8: toolsvc.v1.HttpAuth
+	(*BasicAuth)(nil),              // 9: toolsvc.v1.BasicAuth
+	(*NamedSecret)(nil),            // 10: toolsvc.v1.NamedSecret
+	(*ConnectorAction)(nil),        // 11: toolsvc.v1.ConnectorAction
+	(*DiscoveredTool)(nil),         // 12: toolsvc.v1.DiscoveredTool
+	(*ToolAnnotations)(nil),        // 13: toolsvc.v1.ToolAnnotations
+	(*Action)(nil),                 // 14: toolsvc.v1.Action
+	(*ActionExample)(nil),          // 15: toolsvc.v1.ActionExample
+	(*Policy)(nil),                 // 16: toolsvc.v1.Policy
+	(*SequentialDependency)(nil),   // 17: toolsvc.v1.SequentialDependency
+	(*ReadBeforeWrite)(nil),        // 18: toolsvc.v1.ReadBeforeWrite
+	(*RegisterToolRequest)(nil),    // 19: toolsvc.v1.RegisterToolRequest
+	(*RegisterToolResponse)(nil),   // 20: toolsvc.v1.RegisterToolResponse
+	(*GetToolRequest)(nil),         // 21: toolsvc.v1.GetToolRequest
+	(*GetToolResponse)(nil),        // 22: toolsvc.v1.GetToolResponse
+	(*ListToolsRequest)(nil),       // 23: toolsvc.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),      // 24: toolsvc.v1.ListToolsResponse
+	(*DeregisterToolRequest)(nil),  // 25: toolsvc.v1.DeregisterToolRequest
+	(*DeregisterToolResponse)(nil), // 26: toolsvc.v1.DeregisterToolResponse
+	(*SyncToolRequest)(nil),        // 27: toolsvc.v1.SyncToolRequest
+	(*SyncToolResponse)(nil),       // 28: toolsvc.v1.SyncToolResponse
+	nil,                            // 29: toolsvc.v1.Connector.EnvEntry
+	nil,                            // 30: toolsvc.v1.Connector.HeadersEntry
+	(RiskLevel)(0),                 // 31: toolsvc.v1.RiskLevel
+	(*durationpb.Duration)(nil),    // 32: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 33: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),        // 34: google.protobuf.Struct
+	(*structpb.Value)(nil),         // 35: google.protobuf.Value
 }
 var file_toolsvc_v1_registry_proto_depIdxs = []int32{
 	0,  // 0: toolsvc.v1.Tool.provider_type:type_name -> toolsvc.v1.ProviderType
-	16, // 1: toolsvc.v1.Tool.default_risk:type_name -> toolsvc.v1.RiskLevel
-	3,  // 2: toolsvc.v1.Tool.actions:type_name -> toolsvc.v1.Action
-	17, // 3: toolsvc.v1.Tool.timeout:type_name -> google.protobuf.Duration
-	17, // 4: toolsvc.v1.Tool.approval_ttl:type_name -> google.protobuf.Duration
-	5,  // 5: toolsvc.v1.Tool.policies:type_name -> toolsvc.v1.Policy
+	31, // 1: toolsvc.v1.Tool.default_risk:type_name -> toolsvc.v1.RiskLevel
+	14, // 2: toolsvc.v1.Tool.actions:type_name -> toolsvc.v1.Action
+	32, // 3: toolsvc.v1.Tool.timeout:type_name -> google.protobuf.Duration
+	32, // 4: toolsvc.v1.Tool.approval_ttl:type_name -> google.protobuf.Duration
+	16, // 5: toolsvc.v1.Tool.policies:type_name -> toolsvc.v1.Policy
 	1,  // 6: toolsvc.v1.Tool.source:type_name -> toolsvc.v1.ToolSource
-	18, // 7: toolsvc.v1.Tool.create_time:type_name -> google.protobuf.Timestamp
-	18, // 8: toolsvc.v1.Tool.update_time:type_name -> google.protobuf.Timestamp
-	19, // 9: toolsvc.v1.Action.input_schema:type_name -> google.protobuf.Struct
-	19, // 10: toolsvc.v1.Action.output_schema:type_name -> google.protobuf.Struct
-	16, // 11: toolsvc.v1.Action.risk:type_name -> toolsvc.v1.RiskLevel
-	4,  // 12: toolsvc.v1.Action.examples:type_name -> toolsvc.v1.ActionExample
-	19, // 13: toolsvc.v1.ActionExample.input:type_name -> google.protobuf.Struct
-	20, // 14: toolsvc.v1.ActionExample.output:type_name -> google.protobuf.Value
-	6,  // 15: toolsvc.v1.Policy.sequential_dependency:type_name -> toolsvc.v1.SequentialDependency
-	7,  // 16: toolsvc.v1.Policy.read_before_write:type_name -> toolsvc.v1.ReadBeforeWrite
-	2,  // 17: toolsvc.v1.RegisterToolRequest.tool:type_name -> toolsvc.v1.Tool
-	2,  // 18: toolsvc.v1.RegisterToolResponse.tool:type_name -> toolsvc.v1.Tool
-	2,  // 19: toolsvc.v1.GetToolResponse.tool:type_name -> toolsvc.v1.Tool
-	2,  // 20: toolsvc.v1.ListToolsResponse.tools:type_name -> toolsvc.v1.Tool
-	2,  // 21: toolsvc.v1.DeregisterToolResponse.tool:type_name -> toolsvc.v1.Tool
-	8,  // 22: toolsvc.v1.RegistryService.RegisterTool:input_type -> toolsvc.v1.RegisterToolRequest
-	10, // 23: toolsvc.v1.RegistryService.GetTool:input_type -> toolsvc.v1.GetToolRequest
-	12, // 24: toolsvc.v1.RegistryService.ListTools:input_type -> toolsvc.v1.ListToolsRequest
-	14, // 25: toolsvc.v1.RegistryService.DeregisterTool:input_type -> toolsvc.v1.DeregisterToolRequest
-	9,  // 26: toolsvc.v1.RegistryService.RegisterTool:output_type -> toolsvc.v1.RegisterToolResponse
-	11, // 27: toolsvc.v1.RegistryService.GetTool:output_type -> toolsvc.v1.GetToolResponse
-	13, // 28: toolsvc.v1.RegistryService.ListTools:output_type -> toolsvc.v1.ListToolsResponse
-	15, // 29: toolsvc.v1.RegistryService.DeregisterTool:output_type -> toolsvc.v1.DeregisterToolResponse
-	26, // [26:30] is the sub-list for method output_type
-	22, // [22:26] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	33, // 7: toolsvc.v1.Tool.create_time:type_name -> google.protobuf.Timestamp
+	33, // 8: toolsvc.v1.Tool.update_time:type_name -> google.protobuf.Timestamp
+	5,  // 9: toolsvc.v1.Tool.connector:type_name -> toolsvc.v1.Connector
+	2,  // 10: toolsvc.v1.Connector.type:type_name -> toolsvc.v1.ConnectorType
+	3,  // 11: toolsvc.v1.Connector.transport:type_name -> toolsvc.v1.McpTransport
+	29, // 12: toolsvc.v1.Connector.env:type_name -> toolsvc.v1.Connector.EnvEntry
+	30, // 13: toolsvc.v1.Connector.headers:type_name -> toolsvc.v1.Connector.HeadersEntry
+	32, // 14: toolsvc.v1.Connector.connect_timeout:type_name -> google.protobuf.Duration
+	8,  // 15: toolsvc.v1.Connector.auth:type_name -> toolsvc.v1.HttpAuth
+	11, // 16: toolsvc.v1.Connector.actions:type_name -> toolsvc.v1.ConnectorAction
+	12, // 17: toolsvc.v1.Connector.discovered:type_name -> toolsvc.v1.DiscoveredTool
+	7,  // 18: toolsvc.v1.HttpAuth.bearer:type_name -> toolsvc.v1.SecretRef
+	9,  // 19: toolsvc.v1.HttpAuth.basic:type_name -> toolsvc.v1.BasicAuth
+	10, // 20: toolsvc.v1.HttpAuth.header:type_name -> toolsvc.v1.NamedSecret
+	10, // 21: toolsvc.v1.HttpAuth.query:type_name -> toolsvc.v1.NamedSecret
+	6,  // 22: toolsvc.v1.BasicAuth.username:type_name -> toolsvc.v1.ConfigValue
+	7,  // 23: toolsvc.v1.BasicAuth.password:type_name -> toolsvc.v1.SecretRef
+	7,  // 24: toolsvc.v1.NamedSecret.value:type_name -> toolsvc.v1.SecretRef
+	34, // 25: toolsvc.v1.ConnectorAction.input_schema:type_name -> google.protobuf.Struct
+	34, // 26: toolsvc.v1.ConnectorAction.output_schema:type_name -> google.protobuf.Struct
+	31, // 27: toolsvc.v1.ConnectorAction.risk:type_name -> toolsvc.v1.RiskLevel
+	13, // 28: toolsvc.v1.DiscoveredTool.annotations:type_name -> toolsvc.v1.ToolAnnotations
+	34, // 29: toolsvc.v1.Action.input_schema:type_name -> google.protobuf.Struct
+	34, // 30: toolsvc.v1.Action.output_schema:type_name -> google.protobuf.Struct
+	31, // 31: toolsvc.v1.Action.risk:type_name -> toolsvc.v1.RiskLevel
+	15, // 32: toolsvc.v1.Action.examples:type_name -> toolsvc.v1.ActionExample
+	34, // 33: toolsvc.v1.ActionExample.input:type_name -> google.protobuf.Struct
+	35, // 34: toolsvc.v1.ActionExample.output:type_name -> google.protobuf.Value
+	17, // 35: toolsvc.v1.Policy.sequential_dependency:type_name -> toolsvc.v1.SequentialDependency
+	18, // 36: toolsvc.v1.Policy.read_before_write:type_name -> toolsvc.v1.ReadBeforeWrite
+	4,  // 37: toolsvc.v1.RegisterToolRequest.tool:type_name -> toolsvc.v1.Tool
+	4,  // 38: toolsvc.v1.RegisterToolResponse.tool:type_name -> toolsvc.v1.Tool
+	4,  // 39: toolsvc.v1.GetToolResponse.tool:type_name -> toolsvc.v1.Tool
+	4,  // 40: toolsvc.v1.ListToolsResponse.tools:type_name -> toolsvc.v1.Tool
+	4,  // 41: toolsvc.v1.DeregisterToolResponse.tool:type_name -> toolsvc.v1.Tool
+	4,  // 42: toolsvc.v1.SyncToolResponse.tool:type_name -> toolsvc.v1.Tool
+	6,  // 43: toolsvc.v1.Connector.EnvEntry.value:type_name -> toolsvc.v1.ConfigValue
+	6,  // 44: toolsvc.v1.Connector.HeadersEntry.value:type_name -> toolsvc.v1.ConfigValue
+	19, // 45: toolsvc.v1.RegistryService.RegisterTool:input_type -> toolsvc.v1.RegisterToolRequest
+	21, // 46: toolsvc.v1.RegistryService.GetTool:input_type -> toolsvc.v1.GetToolRequest
+	23, // 47: toolsvc.v1.RegistryService.ListTools:input_type -> toolsvc.v1.ListToolsRequest
+	25, // 48: toolsvc.v1.RegistryService.DeregisterTool:input_type -> toolsvc.v1.DeregisterToolRequest
+	27, // 49: toolsvc.v1.RegistryService.SyncTool:input_type -> toolsvc.v1.SyncToolRequest
+	20, // 50: toolsvc.v1.RegistryService.RegisterTool:output_type -> toolsvc.v1.RegisterToolResponse
+	22, // 51: toolsvc.v1.RegistryService.GetTool:output_type -> toolsvc.v1.GetToolResponse
+	24, // 52: toolsvc.v1.RegistryService.ListTools:output_type -> toolsvc.v1.ListToolsResponse
+	26, // 53: toolsvc.v1.RegistryService.DeregisterTool:output_type -> toolsvc.v1.DeregisterToolResponse
+	28, // 54: toolsvc.v1.RegistryService.SyncTool:output_type -> toolsvc.v1.SyncToolResponse
+	50, // [50:55] is the sub-list for method output_type
+	45, // [45:50] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_toolsvc_v1_registry_proto_init() }
@@ -1311,7 +2536,14 @@ func file_toolsvc_v1_registry_proto_init() {
 		return
 	}
 	file_toolsvc_v1_common_proto_init()
-	file_toolsvc_v1_registry_proto_msgTypes[3].OneofWrappers = []any{
+	file_toolsvc_v1_registry_proto_msgTypes[4].OneofWrappers = []any{
+		(*HttpAuth_Bearer)(nil),
+		(*HttpAuth_Basic)(nil),
+		(*HttpAuth_Header)(nil),
+		(*HttpAuth_Query)(nil),
+	}
+	file_toolsvc_v1_registry_proto_msgTypes[9].OneofWrappers = []any{}
+	file_toolsvc_v1_registry_proto_msgTypes[12].OneofWrappers = []any{
 		(*Policy_SequentialDependency)(nil),
 		(*Policy_ReadBeforeWrite)(nil),
 	}
@@ -1320,8 +2552,8 @@ func file_toolsvc_v1_registry_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_toolsvc_v1_registry_proto_rawDesc), len(file_toolsvc_v1_registry_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   14,
+			NumEnums:      4,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

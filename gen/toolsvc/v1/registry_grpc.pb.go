@@ -23,6 +23,7 @@ const (
 	RegistryService_GetTool_FullMethodName        = "/toolsvc.v1.RegistryService/GetTool"
 	RegistryService_ListTools_FullMethodName      = "/toolsvc.v1.RegistryService/ListTools"
 	RegistryService_DeregisterTool_FullMethodName = "/toolsvc.v1.RegistryService/DeregisterTool"
+	RegistryService_SyncTool_FullMethodName       = "/toolsvc.v1.RegistryService/SyncTool"
 )
 
 // RegistryServiceClient is the client API for RegistryService service.
@@ -40,10 +41,22 @@ type RegistryServiceClient interface {
 	RegisterTool(ctx context.Context, in *RegisterToolRequest, opts ...grpc.CallOption) (*RegisterToolResponse, error)
 	// GetTool returns one tool by name.
 	GetTool(ctx context.Context, in *GetToolRequest, opts ...grpc.CallOption) (*GetToolResponse, error)
-	// ListTools returns tools ordered by name, a page at a time.
+	// ListTools returns tools ordered by name, a page at a time. Each tool's
+	// actions, scopes, capabilities and policies come in the order they were
+	// registered; identical state gives identical responses.
 	ListTools(ctx context.Context, in *ListToolsRequest, opts ...grpc.CallOption) (*ListToolsResponse, error)
 	// DeregisterTool removes a tool and writes a tool.deregistered audit event.
 	DeregisterTool(ctx context.Context, in *DeregisterToolRequest, opts ...grpc.CallOption) (*DeregisterToolResponse, error)
+	// SyncTool asks a connector's server again what it offers (an MCP server's
+	// tools/list, every page) and stores what changed through the same path as
+	// RegisterTool: a changed schema, annotation or description is a new
+	// version, with a tool.updated audit event whose detail says reason
+	// "discovery", so approvals given for the old version are not consumed. An
+	// unchanged list changes nothing; an HTTP connector has nothing to discover.
+	// A tool that is not a connector answers FAILED_PRECONDITION
+	// NOT_A_CONNECTOR; a server that cannot be reached UNAVAILABLE
+	// CONNECTOR_UNAVAILABLE.
+	SyncTool(ctx context.Context, in *SyncToolRequest, opts ...grpc.CallOption) (*SyncToolResponse, error)
 }
 
 type registryServiceClient struct {
@@ -94,6 +107,16 @@ func (c *registryServiceClient) DeregisterTool(ctx context.Context, in *Deregist
 	return out, nil
 }
 
+func (c *registryServiceClient) SyncTool(ctx context.Context, in *SyncToolRequest, opts ...grpc.CallOption) (*SyncToolResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SyncToolResponse)
+	err := c.cc.Invoke(ctx, RegistryService_SyncTool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RegistryServiceServer is the server API for RegistryService service.
 // All implementations must embed UnimplementedRegistryServiceServer
 // for forward compatibility.
@@ -109,10 +132,22 @@ type RegistryServiceServer interface {
 	RegisterTool(context.Context, *RegisterToolRequest) (*RegisterToolResponse, error)
 	// GetTool returns one tool by name.
 	GetTool(context.Context, *GetToolRequest) (*GetToolResponse, error)
-	// ListTools returns tools ordered by name, a page at a time.
+	// ListTools returns tools ordered by name, a page at a time. Each tool's
+	// actions, scopes, capabilities and policies come in the order they were
+	// registered; identical state gives identical responses.
 	ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error)
 	// DeregisterTool removes a tool and writes a tool.deregistered audit event.
 	DeregisterTool(context.Context, *DeregisterToolRequest) (*DeregisterToolResponse, error)
+	// SyncTool asks a connector's server again what it offers (an MCP server's
+	// tools/list, every page) and stores what changed through the same path as
+	// RegisterTool: a changed schema, annotation or description is a new
+	// version, with a tool.updated audit event whose detail says reason
+	// "discovery", so approvals given for the old version are not consumed. An
+	// unchanged list changes nothing; an HTTP connector has nothing to discover.
+	// A tool that is not a connector answers FAILED_PRECONDITION
+	// NOT_A_CONNECTOR; a server that cannot be reached UNAVAILABLE
+	// CONNECTOR_UNAVAILABLE.
+	SyncTool(context.Context, *SyncToolRequest) (*SyncToolResponse, error)
 	mustEmbedUnimplementedRegistryServiceServer()
 }
 
@@ -134,6 +169,9 @@ func (UnimplementedRegistryServiceServer) ListTools(context.Context, *ListToolsR
 }
 func (UnimplementedRegistryServiceServer) DeregisterTool(context.Context, *DeregisterToolRequest) (*DeregisterToolResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeregisterTool not implemented")
+}
+func (UnimplementedRegistryServiceServer) SyncTool(context.Context, *SyncToolRequest) (*SyncToolResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SyncTool not implemented")
 }
 func (UnimplementedRegistryServiceServer) mustEmbedUnimplementedRegistryServiceServer() {}
 func (UnimplementedRegistryServiceServer) testEmbeddedByValue()                         {}
@@ -228,6 +266,24 @@ func _RegistryService_DeregisterTool_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RegistryService_SyncTool_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SyncToolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).SyncTool(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_SyncTool_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).SyncTool(ctx, req.(*SyncToolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RegistryService_ServiceDesc is the grpc.ServiceDesc for RegistryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -250,6 +306,10 @@ var RegistryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeregisterTool",
 			Handler:    _RegistryService_DeregisterTool_Handler,
+		},
+		{
+			MethodName: "SyncTool",
+			Handler:    _RegistryService_SyncTool_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

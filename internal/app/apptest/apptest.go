@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
@@ -50,9 +51,25 @@ func Config(t testing.TB, backend string) *config.Config {
 }
 
 // Start builds an App from cfg and opts, serves it on cfg.Listen (use port 0)
-// and returns a client connection to it. When the test ends the connection
-// is closed and the App shut down; a failed shutdown fails the test.
+// and returns a plaintext client connection to it. When the test ends the
+// connection is closed and the App shut down; a failed shutdown fails the
+// test.
 func Start(t testing.TB, cfg *config.Config, opts app.Options) (*grpc.ClientConn, *app.App) {
+	t.Helper()
+	a := Serve(t, cfg, opts)
+	conn, err := Dial(a.Addr())
+	if err != nil {
+		t.Fatalf("apptest: dial: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn, a
+}
+
+// Serve builds an App from cfg and opts and serves it on cfg.Listen (use
+// port 0); App.Addr says where. Tests of TLS and authentication dial it
+// with their own credentials (DialWith). When the test ends the App is shut
+// down; a failed shutdown fails the test.
+func Serve(t testing.TB, cfg *config.Config, opts app.Options) *app.App {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	a, err := app.New(ctx, cfg, opts)
@@ -68,25 +85,36 @@ func Start(t testing.TB, cfg *config.Config, opts app.Options) (*grpc.ClientConn
 	}
 	served := make(chan error, 1)
 	go func() { served <- a.Serve(ctx, lis) }()
-	conn, err := Dial(lis.Addr())
-	if err != nil {
-		cancel()
-		<-served
-		t.Fatalf("apptest: dial: %v", err)
+	// Serve records the address before it serves; wait for it so that
+	// callers can read Addr at once.
+	for a.Addr() == nil {
+		time.Sleep(time.Millisecond)
 	}
 	t.Cleanup(func() {
-		conn.Close()
 		cancel()
 		if err := <-served; err != nil {
 			t.Errorf("apptest: serve: %v", err)
 		}
 	})
-	return conn, a
+	return a
 }
 
 // Dial returns a plaintext client connection to addr.
 func Dial(addr net.Addr) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return DialWith(addr, insecure.NewCredentials())
+}
+
+// DialWith returns a client connection to addr with the given transport
+// credentials (credentials.NewTLS for TLS and mTLS). Connections closed
+// before the test ends are closed again harmlessly.
+func DialWith(addr net.Addr, creds credentials.TransportCredentials) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr.String(), grpc.WithTransportCredentials(creds))
+}
+
+// WithToken returns ctx with a bearer token in its authorization metadata,
+// so that calls made with it authenticate with the token.
+func WithToken(ctx context.Context, token string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, auth.AuthorizationHeader, "Bearer "+token)
 }
 
 // As returns ctx with the x-toolsvc-principal metadata naming principal, so

@@ -246,10 +246,10 @@ func TestRetryableReleasesKey(t *testing.T) {
 		wantTypes(t, "released call", typesOf(evs), []string{
 			audit.ToolCallAttempted, audit.ToolCallFailed, audit.ToolCallAttempted, audit.ToolCallFailed,
 		})
-		if evs[1].Detail["retryable"] != true || fmt.Sprint(evs[3].Detail["attempt"]) != "2" {
+		if evs[1].DetailMap()["retryable"] != true || fmt.Sprint(evs[3].DetailMap()["attempt"]) != "2" {
 			t.Fatalf("failed events' details %v, %v", evs[1].Detail, evs[3].Detail)
 		}
-		if len(changes) != 2 || fmt.Sprint(changes[1].Detail["consecutive_errors"]) != "2" {
+		if len(changes) != 2 || fmt.Sprint(changes[1].DetailMap()["consecutive_errors"]) != "2" {
 			t.Fatalf("health changes %v", changes)
 		}
 		if h := r.health(ctx, t, "flaky"); h.ConsecutiveErrors != 2 || h.Status != toolsvcv1.HealthStatus_HEALTH_STATUS_HEALTHY {

@@ -113,8 +113,8 @@ func healthChanges(ctx context.Context, t *testing.T, st store.Store, tool strin
 	var out []change
 	for _, e := range events(ctx, t, st, store.AuditFilter{Tool: tool, Types: []string{audit.HealthChanged}}) {
 		out = append(out, change{
-			from: fmt.Sprint(e.Detail["from"]), to: fmt.Sprint(e.Detail["to"]),
-			errs: fmt.Sprint(e.Detail["consecutive_errors"]), probe: e.Detail["probe"] == true,
+			from: fmt.Sprint(e.DetailMap()["from"]), to: fmt.Sprint(e.DetailMap()["to"]),
+			errs: fmt.Sprint(e.DetailMap()["consecutive_errors"]), probe: e.DetailMap()["probe"] == true,
 		})
 	}
 	return out
@@ -292,7 +292,7 @@ func TestHealthCircuitThroughAPI(t *testing.T) {
 
 		// The attempt event of the probe says it was one.
 		evs := events(ctx, t, a.app.Store(), store.AuditFilter{CallID: probes[0].CallId, Types: []string{audit.ToolCallAttempted}})
-		if len(evs) != 1 || evs[0].Detail["probe"] != true {
+		if len(evs) != 1 || evs[0].DetailMap()["probe"] != true {
 			t.Fatalf("probe's attempt events %v", evs)
 		}
 
@@ -312,7 +312,7 @@ func TestHealthCircuitThroughAPI(t *testing.T) {
 			t.Fatalf("%d rejections audited, want %d", len(rej), 4*2+callers-1)
 		}
 		for _, e := range rej {
-			if e.Detail["reason"] != "TOOL_UNAVAILABLE" {
+			if e.DetailMap()["reason"] != "TOOL_UNAVAILABLE" {
 				t.Fatalf("rejection %v", e.Detail)
 			}
 		}
@@ -394,11 +394,11 @@ func TestRateLimitRefusesUntilReset(t *testing.T) {
 		for _, e := range evs {
 			switch e.Type {
 			case audit.ToolCallFailed:
-				if e.Detail["retryable"] != true || e.Detail["rate_limited_until"] == nil {
+				if e.DetailMap()["retryable"] != true || e.DetailMap()["rate_limited_until"] == nil {
 					t.Fatalf("failed event %v", e.Detail)
 				}
 			case audit.HealthChanged:
-				if !strings.HasPrefix(fmt.Sprint(e.Detail["reason"]), "rate limited until") || e.Detail["to"] != "HEALTHY" {
+				if !strings.HasPrefix(fmt.Sprint(e.DetailMap()["reason"]), "rate limited until") || e.DetailMap()["to"] != "HEALTHY" {
 					t.Fatalf("health event %v", e.Detail)
 				}
 			}
@@ -410,7 +410,7 @@ func TestRateLimitRefusesUntilReset(t *testing.T) {
 			t.Fatalf("%d rejections audited, want 6", len(rej))
 		}
 		for _, e := range rej {
-			if e.Detail["reason"] != "TOOL_RATE_LIMITED" {
+			if e.DetailMap()["reason"] != "TOOL_RATE_LIMITED" {
 				t.Fatalf("rejection %v", e.Detail)
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/idempotency"
 	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/store/postgres"
 	"github.com/toolsvc/toolsvc/internal/tools"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
@@ -49,7 +50,7 @@ func unknownReplay(t *testing.T, resp *toolsvcv1.ExecuteToolResponse, err error,
 func leaseExpiredEvent(ctx context.Context, t *testing.T, st store.Store, callID string) {
 	t.Helper()
 	evs := events(ctx, t, st, store.AuditFilter{CallID: callID, Types: []string{audit.ToolCallUnknown}})
-	if len(evs) != 1 || evs[0].Detail["reason"] != "lease_expired" || evs[0].Outcome != store.OutcomeUnknown ||
+	if len(evs) != 1 || evs[0].DetailMap()["reason"] != "lease_expired" || evs[0].Outcome != store.OutcomeUnknown ||
 		evs[0].Principal != agent || evs[0].Tool == "" {
 		t.Fatalf("tool_call.unknown events %+v", evs)
 	}
@@ -140,20 +141,30 @@ func TestDeadReplicaCallBecomesUnknown(t *testing.T) {
 // mid-call (IN_PROGRESS, lease no longer renewed) holds the key until the
 // lease expires, then the reaper makes it UNKNOWN; retries replay UNKNOWN and
 // never run the tool.
+//
+// Leases are judged by the store's clock. On the memory store that is the
+// App's (fake) clock, which the test moves; on Postgres it is the
+// database's, so there the lease is short and runs out in real time while
+// the App's clock stands still.
 func TestAbandonedLeaseBecomesUnknown(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
 		ctx := testCtx(t)
 		clk := newClock()
 		cfg := apptest.Config(t, backend)
 		cfg.Idempotency.Lease = 10 * time.Second
+		pass := clk.Advance
+		if backend == apptest.Postgres {
+			cfg.Idempotency.Lease = 2 * time.Second
+			pass = time.Sleep
+		}
 		cfg.Idempotency.ReaperInterval = 20 * time.Millisecond
 		g := newGauge("counter", 10*time.Second, nil)
 		r := start(t, cfg, app.Options{ExtraProviders: providers(t, g), Now: clk.Now})
 
 		// What a replica that claimed the key and then died leaves behind.
 		a := map[string]any{"note": "abandoned"}
-		rec := deadReplicaRecord(t, r, "counter", "abandoned-key", a, clk.Now(), cfg.Idempotency.Lease)
-		_, claimed, err := r.app.Store().ClaimCall(ctx, store.ClaimCallParams{Call: rec, Events: []store.AuditEvent{
+		rec := deadReplicaRecord(t, r, "counter", "abandoned-key", a, clk.Now())
+		_, claimed, err := r.app.Store().ClaimCall(ctx, store.ClaimCallParams{Call: rec, Lease: cfg.Idempotency.Lease, Events: []store.AuditEvent{
 			audit.New(audit.ToolCallAttempted, store.AuditEvent{Time: clk.Now(), CallID: rec.ID, Principal: agent,
 				Tool: rec.Tool, Action: rec.Action, Risk: rec.Risk, Decision: rec.Decision}),
 		}})
@@ -164,13 +175,13 @@ func TestAbandonedLeaseBecomesUnknown(t *testing.T) {
 		// Until the lease runs out the key is in progress.
 		_, err = r.call(ctx, t, agent, "counter", "abandoned-key", a)
 		wantRefusal(t, err, codes.Aborted, "CALL_IN_PROGRESS", true)
-		clk.Advance(cfg.Idempotency.Lease - time.Millisecond)
+		pass(cfg.Idempotency.Lease / 2)
 		time.Sleep(100 * time.Millisecond) // several reaper rounds
 		if c := r.getCall(ctx, t, agent, "abandoned-key"); c.State != toolsvcv1.CallState_CALL_STATE_IN_PROGRESS {
 			t.Fatalf("reaped before its lease expired: %v", c)
 		}
 
-		clk.Advance(2 * time.Millisecond)
+		pass(cfg.Idempotency.Lease/2 + time.Millisecond)
 		eventually(t, 5*time.Second, func() error {
 			if c := r.getCall(ctx, t, agent, "abandoned-key"); c.State != toolsvcv1.CallState_CALL_STATE_UNKNOWN {
 				return fmt.Errorf("call is %v", c.State)
@@ -197,7 +208,7 @@ func TestAbandonedLeaseBecomesUnknown(t *testing.T) {
 
 // deadReplicaRecord builds the IN_PROGRESS record an executing replica
 // claims, as ExecuteTool(tool.run, a) by agent with key would.
-func deadReplicaRecord(t *testing.T, r *replica, tool, key string, a map[string]any, now time.Time, lease time.Duration) *store.Call {
+func deadReplicaRecord(t *testing.T, r *replica, tool, key string, a map[string]any, now time.Time) *store.Call {
 	t.Helper()
 	e, ok := r.app.Registry().Lookup(tool)
 	if !ok {
@@ -214,7 +225,7 @@ func deadReplicaRecord(t *testing.T, r *replica, tool, key string, a map[string]
 	return &store.Call{
 		ID: audit.NewID(), PrincipalID: agent, IdempotencyKey: key, Fingerprint: idempotency.Fingerprint(canon),
 		Tool: tool, Action: "run", ToolVersion: e.Tool.Version, State: store.CallInProgress,
-		Risk: toolkit.RiskLow, Decision: store.DecisionAllow, AttemptCount: 1, LeaseExpiresAt: now.Add(lease),
+		Risk: toolkit.RiskLow, Decision: store.DecisionAllow, AttemptCount: 1,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(24 * time.Hour),
 	}
 }
@@ -222,6 +233,7 @@ func deadReplicaRecord(t *testing.T, r *replica, tool, key string, a map[string]
 // TestLateFinisherReplacesUnknown: a replica cut off from the store long
 // enough for its lease to be reaped still records the real outcome when its
 // tool finishes; replays before show UNKNOWN, after SUCCEEDED; one execution.
+// (lapseLease makes a whole lease pass without renewals.)
 func TestLateFinisherReplacesUnknown(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
 		ctx := testCtx(t)
@@ -248,7 +260,7 @@ func TestLateFinisherReplacesUnknown(t *testing.T) {
 		g.waitEntered(t, 10*time.Second)
 		callID := r.getCall(ctx, t, agent, "late-key").CallId
 
-		clk.Advance(cfg.Idempotency.Lease + time.Second)
+		lapseLease(ctx, t, r, backend, clk, callID, cfg.Idempotency.Lease)
 		eventually(t, 5*time.Second, func() error {
 			if c := r.getCall(ctx, t, agent, "late-key"); c.State != toolsvcv1.CallState_CALL_STATE_UNKNOWN {
 				return fmt.Errorf("call is %v", c.State)
@@ -278,6 +290,29 @@ func TestLateFinisherReplacesUnknown(t *testing.T) {
 			audit.ToolCallAttempted, audit.ToolCallUnknown, audit.ToolCallDeduped, audit.ToolCallSucceeded, audit.ToolCallDeduped,
 		})
 	})
+}
+
+// lapseLease lets a whole lease pass without renewals (renewals come every
+// Lease/3 of real time; the caller's lease is long enough that none comes
+// meanwhile). On the memory store leases follow the App's clock, which is
+// moved. On Postgres they follow the database's clock, which a test cannot
+// move: the stored expiry is moved back instead, to where a lease that was
+// not renewed would have left it.
+func lapseLease(ctx context.Context, t *testing.T, r *replica, backend string, clk *clock, callID string, lease time.Duration) {
+	t.Helper()
+	if backend == apptest.Memory {
+		clk.Advance(lease + time.Second)
+		return
+	}
+	pg, ok := r.app.Store().(*postgres.Store)
+	if !ok {
+		t.Fatalf("store is a %T", r.app.Store())
+	}
+	tag, err := pg.Pool().Exec(ctx, `UPDATE calls SET lease_expires_at = now() - interval '1 millisecond'
+		WHERE id = $1 AND state = 'IN_PROGRESS'`, callID)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("lapse the lease of %s: %v (%d rows)", callID, err, tag.RowsAffected())
+	}
 }
 
 // TestLeaseKeptAliveBySlowTool: a tool running for four lease periods keeps
@@ -334,4 +369,71 @@ func TestLeaseKeptAliveBySlowTool(t *testing.T) {
 			audit.ToolCallAttempted, audit.ToolCallRejected, audit.ToolCallSucceeded,
 		})
 	})
+}
+
+// TestSkewedReplicaDoesNotReapLiveCalls: replica B's clock runs five minutes
+// ahead of A's. Leases are set and judged by the database's clock, so B's
+// reaper, running every 20ms, never takes away the lease of a call A is
+// executing and renewing: the call runs for several lease periods and ends
+// SUCCEEDED, with no UNKNOWN in between. (Were leases judged by the
+// reaper's clock, B would reap it at its first round.) The skew is real in
+// the other direction too: a call B executes is not reaped by A.
+func TestSkewedReplicaDoesNotReapLiveCalls(t *testing.T) {
+	ctx := testCtx(t)
+	cfg := apptest.Config(t, apptest.Postgres)
+	cfg.Idempotency.Lease = 600 * time.Millisecond
+	cfg.Idempotency.ReaperInterval = 20 * time.Millisecond
+	const runFor = 5 * 600 * time.Millisecond
+	g := newGauge("slow", 30*time.Second, func(ctx context.Context, n int64, _ *toolkit.Call) (*toolkit.Result, error) {
+		select {
+		case <-time.After(runFor):
+			return toolkit.OK(map[string]any{"execution": n}, "done"), nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	a := start(t, cfg, app.Options{ExtraProviders: providers(t, g)})
+	ahead := func() time.Time { return time.Now().Add(5 * time.Minute) }
+	b := start(t, cfg, app.Options{ExtraProviders: providers(t, g), Now: ahead})
+
+	type answer struct {
+		resp *toolsvcv1.ExecuteToolResponse
+		err  error
+	}
+	for _, run := range []struct {
+		name        string
+		exec, other *replica
+	}{{"A executes, B reaps", a, b}, {"B executes, A reaps", b, a}} {
+		key := "skew-" + run.name
+		done := make(chan answer, 1)
+		go func() {
+			resp, err := run.exec.call(ctx, t, agent, "slow", key, map[string]any{})
+			done <- answer{resp, err}
+		}()
+		g.waitEntered(t, 10*time.Second)
+		// Watch the call from the other replica while it runs: it must stay
+		// IN_PROGRESS throughout.
+		var ans answer
+	watch:
+		for {
+			select {
+			case ans = <-done:
+				break watch
+			case <-time.After(50 * time.Millisecond):
+				if c := run.other.getCall(ctx, t, agent, key); c.State != toolsvcv1.CallState_CALL_STATE_IN_PROGRESS &&
+					c.State != toolsvcv1.CallState_CALL_STATE_SUCCEEDED {
+					t.Fatalf("%s: the running call became %v", run.name, c.State)
+				}
+			}
+		}
+		if ans.err != nil || ans.resp.Outcome != toolsvcv1.Outcome_OUTCOME_SUCCEEDED || ans.resp.Attempt != 1 {
+			t.Fatalf("%s: answered %v %v", run.name, ans.resp, ans.err)
+		}
+		wantTypes(t, run.name, callTypes(ctx, t, a.app.Store(), ans.resp.CallId), []string{
+			audit.ToolCallAttempted, audit.ToolCallSucceeded,
+		})
+	}
+	if g.Runs() != 2 {
+		t.Fatalf("%d executions, want 2", g.Runs())
+	}
 }

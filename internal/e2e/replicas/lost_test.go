@@ -64,11 +64,11 @@ func (s *lossyStore) FinishCall(ctx context.Context, p store.FinishCallParams) (
 	return c, err
 }
 
-func (s *lossyStore) RenewCallLease(ctx context.Context, id string, attempt int, until time.Time) error {
+func (s *lossyStore) RenewCallLease(ctx context.Context, id string, attempt int, now time.Time, lease time.Duration) error {
 	if s.refuseRenewals.Load() {
 		return errLost
 	}
-	return s.Store.RenewCallLease(ctx, id, attempt, until)
+	return s.Store.RenewCallLease(ctx, id, attempt, now, lease)
 }
 
 func callTypesOf(ctx context.Context, t *testing.T, st store.Store, callID string) []string {

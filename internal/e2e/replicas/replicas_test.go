@@ -311,8 +311,8 @@ func TestDrainOnOneReplicaRefusesOnOther(t *testing.T) {
 		t.Fatalf("%d executions", g.Runs())
 	}
 	evs := events(ctx, t, b.app.Store(), store.AuditFilter{Tool: "counter", Types: []string{audit.HealthChanged}})
-	if len(evs) != 2 || evs[0].Principal != "ops-1" || evs[0].Detail["operation"] != "drain" || evs[0].Detail["to"] != "UNAVAILABLE" ||
-		evs[1].Detail["operation"] != "restore" || evs[1].Detail["to"] != "HEALTHY" {
+	if len(evs) != 2 || evs[0].Principal != "ops-1" || evs[0].DetailMap()["operation"] != "drain" || evs[0].DetailMap()["to"] != "UNAVAILABLE" ||
+		evs[1].DetailMap()["operation"] != "restore" || evs[1].DetailMap()["to"] != "HEALTHY" {
 		t.Fatalf("health events %v", evs)
 	}
 }

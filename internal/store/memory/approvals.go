@@ -36,7 +36,8 @@ func (s *Store) ListApprovals(ctx context.Context, p store.ListApprovalsParams) 
 			a := st.approvals[id]
 			if (p.Before != "" && strings.Compare(id, p.Before) >= 0) ||
 				(p.State != "" && a.State != p.State) ||
-				(p.Tool != "" && a.Tool != p.Tool) {
+				(p.Tool != "" && a.Tool != p.Tool) ||
+				(p.Requester != "" && a.Requester != p.Requester) {
 				continue
 			}
 			out = append(out, cloneApproval(a))

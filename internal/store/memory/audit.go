@@ -64,14 +64,15 @@ func (s *Store) AppendAuditEvents(ctx context.Context, events []store.AuditEvent
 
 // ListAuditEvents implements store.AuditStore.
 func (s *Store) ListAuditEvents(ctx context.Context, f store.AuditFilter) ([]*store.AuditEvent, error) {
-	if f.Limit < 0 || f.AfterSeq < 0 {
-		return nil, fmt.Errorf("negative limit or cursor: %w", store.ErrInvalid)
+	if f.Limit < 0 || f.AfterSeq < 0 || f.MaxBytes < 0 {
+		return nil, fmt.Errorf("negative limit, cursor or byte budget: %w", store.ErrInvalid)
 	}
 	start, end := normTime(f.Start), normTime(f.End)
 	var out []*store.AuditEvent
 	err := s.read(ctx, func(st *state) error {
 		// The trail is in Seq order; skip to the first event after AfterSeq.
 		i := sort.Search(len(st.audit), func(i int) bool { return st.audit[i].Seq > f.AfterSeq })
+		total := 0
 		for _, e := range st.audit[i:] {
 			if !matchEvent(e, &f, start, end) {
 				continue
@@ -80,10 +81,50 @@ func (s *Store) ListAuditEvents(ctx context.Context, f store.AuditFilter) ([]*st
 			if f.Limit > 0 && len(out) == f.Limit {
 				break
 			}
+			if f.MaxBytes > 0 {
+				if total += store.AuditEventSize(e); total > f.MaxBytes {
+					break
+				}
+			}
 		}
 		return nil
 	})
 	return out, err
+}
+
+// DeleteAuditEventsBefore implements store.AuditStore.
+func (s *Store) DeleteAuditEventsBefore(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit < 0 {
+		return 0, fmt.Errorf("negative limit: %w", store.ErrInvalid)
+	}
+	before = normTime(before)
+	deleted := 0
+	err := s.write(ctx, func(tx *tx) error {
+		st := tx.st
+		var old []*store.AuditEvent
+		for _, e := range st.audit {
+			if e.Time.Before(before) {
+				old = append(old, e)
+			}
+		}
+		if len(old) == 0 {
+			return nil
+		}
+		// Oldest first, as Postgres deletes them.
+		slices.SortStableFunc(old, func(a, b *store.AuditEvent) int { return a.Time.Compare(b.Time) })
+		if limit > 0 && len(old) > limit {
+			old = old[:limit]
+		}
+		gone := make(map[*store.AuditEvent]bool, len(old))
+		for _, e := range old {
+			gone[e] = true
+			delete(st.auditIDs, e.ID)
+		}
+		st.audit = slices.DeleteFunc(st.audit, func(e *store.AuditEvent) bool { return gone[e] })
+		deleted = len(old)
+		return nil
+	})
+	return deleted, err
 }
 
 func matchEvent(e *store.AuditEvent, f *store.AuditFilter, start, end time.Time) bool {

@@ -50,14 +50,21 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 		if p.Approval != nil || p.Preview != nil {
 			return nil, false, fmt.Errorf("an IN_PROGRESS claim takes no approval or preview: %w", store.ErrInvalid)
 		}
+		if p.Lease <= 0 {
+			return nil, false, fmt.Errorf("an IN_PROGRESS claim needs a lease: %w", store.ErrInvalid)
+		}
+		// One process: the lease runs on the caller's clock, from the claim.
+		call.LeaseExpiresAt = normTime(call.UpdatedAt.Add(p.Lease))
 	case store.CallAwaitingApproval:
 		if p.Approval == nil || p.Preview != nil {
 			return nil, false, fmt.Errorf("an AWAITING_APPROVAL claim takes an approval only: %w", store.ErrInvalid)
 		}
+		call.LeaseExpiresAt = time.Time{}
 	case store.CallAwaitingPreview:
 		if p.Preview == nil || p.Approval != nil {
 			return nil, false, fmt.Errorf("an AWAITING_PREVIEW claim takes a preview only: %w", store.ErrInvalid)
 		}
+		call.LeaseExpiresAt = time.Time{}
 	default:
 		return nil, false, fmt.Errorf("cannot claim a call in state %s: %w", call.State, store.ErrInvalid)
 	}
@@ -165,6 +172,9 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 
 // StartParkedCall implements store.CallStore.
 func (s *Store) StartParkedCall(ctx context.Context, p store.StartParkedCallParams) (*store.Call, error) {
+	if p.Lease <= 0 {
+		return nil, fmt.Errorf("starting a call needs a lease: %w", store.ErrInvalid)
+	}
 	events, err := importEvents(p.Events)
 	if err != nil {
 		return nil, err
@@ -216,7 +226,7 @@ func (s *Store) StartParkedCall(ctx context.Context, p store.StartParkedCallPara
 			preview.State = store.PreviewConsumed
 		}
 		c.State = store.CallInProgress
-		c.LeaseExpiresAt = normTime(p.LeaseExpiresAt)
+		c.LeaseExpiresAt = normTime(now.Add(p.Lease))
 		c.Risk = p.Risk
 		c.Decision = p.Decision
 		c.UpdatedAt = now
@@ -230,7 +240,10 @@ func (s *Store) StartParkedCall(ctx context.Context, p store.StartParkedCallPara
 }
 
 // RenewCallLease implements store.CallStore.
-func (s *Store) RenewCallLease(ctx context.Context, callID string, attempt int, until time.Time) error {
+func (s *Store) RenewCallLease(ctx context.Context, callID string, attempt int, now time.Time, lease time.Duration) error {
+	if lease <= 0 {
+		return fmt.Errorf("renewing a lease needs a lease: %w", store.ErrInvalid)
+	}
 	return s.write(ctx, func(tx *tx) error {
 		c, ok := tx.st.calls[callID]
 		if !ok {
@@ -239,7 +252,7 @@ func (s *Store) RenewCallLease(ctx context.Context, callID string, attempt int, 
 		if c.State != store.CallInProgress || c.AttemptCount != attempt {
 			return fmt.Errorf("call %q is %s at attempt %d, lease of attempt %d lost: %w", callID, c.State, c.AttemptCount, attempt, store.ErrConflict)
 		}
-		c.LeaseExpiresAt = normTime(until)
+		c.LeaseExpiresAt = normTime(now.Add(lease))
 		return nil
 	})
 }

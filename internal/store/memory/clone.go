@@ -1,13 +1,14 @@
 package memory
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 	"unicode/utf8"
 
+	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
 
@@ -82,6 +83,7 @@ func cloneTool(t *store.Tool) *store.Tool {
 			c.Policies[i] = p
 		}
 	}
+	c.Connector = t.Connector.Clone()
 	return &c
 }
 
@@ -93,21 +95,39 @@ func importTool(t *store.Tool) (*store.Tool, error) {
 	if t.Name == "" {
 		return nil, fmt.Errorf("tool name is required: %w", store.ErrInvalid)
 	}
-	for _, a := range t.Actions {
-		for _, raw := range []json.RawMessage{a.InputSchema, a.OutputSchema} {
-			if _, err := cloneJSON("action schema", raw); err != nil {
+	c := cloneTool(t)
+	// Documents are stored compacted, keys and characters as given: what
+	// Postgres keeps of them.
+	for i := range c.Actions {
+		a := &c.Actions[i]
+		for _, raw := range []*json.RawMessage{&a.InputSchema, &a.OutputSchema} {
+			if err := compactJSON("action schema", raw); err != nil {
 				return nil, err
 			}
 		}
-		for _, e := range a.Examples {
-			for _, raw := range []json.RawMessage{e.Input, e.Output} {
-				if _, err := cloneJSON("action example", raw); err != nil {
+		for j := range a.Examples {
+			e := &a.Examples[j]
+			for _, raw := range []*json.RawMessage{&e.Input, &e.Output} {
+				if err := compactJSON("action example", raw); err != nil {
 					return nil, err
 				}
 			}
 		}
 	}
-	return cloneTool(t), nil
+	return c, nil
+}
+
+// compactJSON compacts the document at raw in place (absent stays absent).
+func compactJSON(field string, raw *json.RawMessage) error {
+	if len(*raw) == 0 {
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, *raw); err != nil {
+		return fmt.Errorf("%s is not valid JSON: %w", field, store.ErrInvalid)
+	}
+	*raw = buf.Bytes()
+	return nil
 }
 
 func cloneHealth(h *store.ToolHealth) *store.ToolHealth {
@@ -218,41 +238,14 @@ func importPreview(p *store.Preview) (*store.Preview, error) {
 
 func cloneEvent(e *store.AuditEvent) *store.AuditEvent {
 	c := *e
-	c.Detail = cloneDetail(e.Detail)
+	c.Detail = cloneRaw(e.Detail)
 	return &c
 }
 
-// cloneDetail deep-copies a stored detail, which holds only what JSON
-// decoding produces (maps, slices, strings, float64, bools, nil).
-func cloneDetail(d map[string]any) map[string]any {
-	if d == nil {
-		return nil
-	}
-	c := make(map[string]any, len(d))
-	for k, v := range d {
-		c[k] = cloneDetailValue(v)
-	}
-	return c
-}
-
-func cloneDetailValue(v any) any {
-	switch v := v.(type) {
-	case map[string]any:
-		return cloneDetail(v)
-	case []any:
-		c := make([]any, len(v))
-		for i, e := range v {
-			c[i] = cloneDetailValue(e)
-		}
-		return c
-	default:
-		return v
-	}
-}
-
-// importEvents copies events into the store's form: the detail becomes what
-// it would be after a trip through JSON, as through a jsonb column, so
-// callers see the same types from both backends.
+// importEvents copies events into the store's form, refusing what Postgres
+// cannot hold either (store.ErrInvalid): a text field that is not valid
+// UTF-8 or holds NUL, a detail that is not a JSON object in valid UTF-8.
+// The detail is kept byte for byte, as the json column keeps it.
 func importEvents(events []store.AuditEvent) ([]*store.AuditEvent, error) {
 	out := make([]*store.AuditEvent, 0, len(events))
 	seen := make(map[string]struct{}, len(events))
@@ -265,27 +258,29 @@ func importEvents(events []store.AuditEvent) ([]*store.AuditEvent, error) {
 			return nil, fmt.Errorf("audit event id %s twice: %w", e.ID, store.ErrConflict)
 		}
 		seen[e.ID] = struct{}{}
+		for _, f := range []string{e.ID, e.Type, e.CallID, e.TraceID, e.TaskID, e.StepID, e.Principal, e.Tool, e.Action} {
+			if err := safetext.Check(f); err != nil {
+				return nil, fmt.Errorf("audit event %d (%s): a text field %v: %w", i, e.Type, err, store.ErrInvalid)
+			}
+		}
 		e.Seq = 0
 		e.Time = normTime(e.Time)
-		if e.Detail != nil {
-			d, ok := jsonCopyMap(e.Detail, 0)
-			if !ok {
-				// What the copy cannot do directly (or a detail JSON
-				// refuses, which then says why): the JSON round trip.
-				b, err := json.Marshal(e.Detail)
-				if err != nil {
-					return nil, fmt.Errorf("audit event %s detail: %v: %w", e.ID, err, store.ErrInvalid)
-				}
-				d = nil
-				if err := json.Unmarshal(b, &d); err != nil {
-					return nil, fmt.Errorf("audit event %s detail: %v: %w", e.ID, err, store.ErrInvalid)
-				}
-			}
-			e.Detail = d
+		if len(e.Detail) == 0 {
+			e.Detail = nil
+		} else if !jsonObject(e.Detail) {
+			return nil, fmt.Errorf("audit event %d (%s): the detail is not a JSON object in UTF-8: %w", i, e.Type, store.ErrInvalid)
+		} else {
+			e.Detail = slices.Clone(e.Detail)
 		}
 		out = append(out, &e)
 	}
 	return out, nil
+}
+
+// jsonObject reports whether b is a JSON object in valid UTF-8.
+func jsonObject(b []byte) bool {
+	t := bytes.TrimLeft(b, " \t\r\n")
+	return len(t) > 0 && t[0] == '{' && utf8.Valid(b) && json.Valid(b)
 }
 
 func importHistory(h *store.TaskHistoryEntry) (*store.TaskHistoryEntry, error) {
@@ -295,144 +290,4 @@ func importHistory(h *store.TaskHistoryEntry) (*store.TaskHistoryEntry, error) {
 	c := *h
 	c.At = normTime(h.At)
 	return &c, nil
-}
-
-// The detail copy. A detail is stored as json.Unmarshal would decode
-// json.Marshal(detail): objects as map[string]any, arrays as []any, numbers
-// as float64, strings, bools and nil. Encoding and decoding every event's
-// detail was the larger part of the memory store's CPU on the hot path, and
-// most details are already (nearly) in that form, so jsonCopy builds the
-// decoded form directly for the values whose JSON form it knows exactly, and
-// sends only the other values through JSON, each on its own (a value's JSON
-// encoding does not depend on what contains it). It gives up (ok false) only
-// where encoding fails, so that the caller's JSON round trip of the whole
-// detail reports the error as it always has.
-
-// jsonCopyMaxDepth is how deep jsonCopy recurses before it hands a subtree
-// to JSON, which also detects cycles (a map that contains itself).
-const jsonCopyMaxDepth = 64
-
-// jsonSafeInt bounds the integers whose float64 conversion is exact, and
-// therefore equal to what decoding their decimal form gives.
-const jsonSafeInt = 1 << 53
-
-func jsonCopyMap(m map[string]any, depth int) (map[string]any, bool) {
-	c := make(map[string]any, len(m))
-	for k, v := range m {
-		if !utf8.ValidString(k) {
-			// Encoding replaces invalid bytes (and may merge keys).
-			return jsonCopyVia(m)
-		}
-		cv, ok := jsonCopy(v, depth+1)
-		if !ok {
-			return nil, false
-		}
-		c[k] = cv
-	}
-	return c, true
-}
-
-// jsonCopyVia is a map's decoded form through JSON.
-func jsonCopyVia(m map[string]any) (map[string]any, bool) {
-	v, ok := jsonRoundTrip(m)
-	if !ok {
-		return nil, false
-	}
-	c, _ := v.(map[string]any)
-	return c, true
-}
-
-func jsonCopy(v any, depth int) (any, bool) {
-	if depth > jsonCopyMaxDepth {
-		return jsonRoundTrip(v)
-	}
-	switch v := v.(type) {
-	case nil:
-		return nil, true
-	case bool:
-		return v, true
-	case string:
-		if utf8.ValidString(v) {
-			return v, true
-		}
-	case float64:
-		// Encoding writes the shortest decimal that reads back as v;
-		// NaN and infinities do not encode.
-		if !math.IsNaN(v) && !math.IsInf(v, 0) {
-			return v, true
-		}
-	case int:
-		if v >= -jsonSafeInt && v <= jsonSafeInt {
-			return float64(v), true
-		}
-	case int64:
-		if v >= -jsonSafeInt && v <= jsonSafeInt {
-			return float64(v), true
-		}
-	case int32:
-		return float64(v), true
-	case time.Time:
-		// Encoding is MarshalJSON's quoted RFC 3339 text, which has nothing
-		// to escape.
-		b, err := v.MarshalJSON()
-		if err == nil && len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' {
-			return string(b[1 : len(b)-1]), true
-		}
-	case json.RawMessage:
-		// Encoding validates and compacts it; decoding it directly gives
-		// the same value (and fails where encoding would).
-		if v == nil {
-			return nil, true // null
-		}
-		var out any
-		if err := json.Unmarshal(v, &out); err == nil {
-			return out, true
-		}
-	case map[string]any:
-		if v == nil {
-			return nil, true // null
-		}
-		return jsonCopyMap(v, depth)
-	case []any:
-		if v == nil {
-			return nil, true // null
-		}
-		c := make([]any, len(v))
-		for i, e := range v {
-			ce, ok := jsonCopy(e, depth+1)
-			if !ok {
-				return nil, false
-			}
-			c[i] = ce
-		}
-		return c, true
-	case []string:
-		if v == nil {
-			return nil, true // null
-		}
-		c := make([]any, len(v))
-		for i, e := range v {
-			ce, ok := jsonCopy(e, depth+1)
-			if !ok {
-				return nil, false
-			}
-			c[i] = ce
-		}
-		return c, true
-	}
-	return jsonRoundTrip(v)
-}
-
-// jsonRoundTrip is v's decoded form through JSON; false if v does not
-// encode.
-func jsonRoundTrip(v any) (any, bool) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, false
-	}
-	var out any
-	if err := json.Unmarshal(b, &out); err != nil {
-		return nil, false
-	}
-	return out, true
 }

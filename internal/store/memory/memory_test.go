@@ -37,7 +37,7 @@ func TestSlowSubscriber(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		for i := range n {
-			if _, err := s.CreateTool(ctx, store.CreateToolParams{Tool: &store.Tool{Name: fmt.Sprintf("t%04d", i)}, Now: time.Unix(0, 0)}); err != nil {
+			if _, err := s.CreateTool(ctx, store.CreateToolParams{Tool: &store.Tool{Name: fmt.Sprintf("t%04d", i), Incarnation: "inc"}, Now: time.Unix(0, 0)}); err != nil {
 				done <- err
 				return
 			}
@@ -105,7 +105,7 @@ func TestCloseClosesSubscriptionsAtOnce(t *testing.T) {
 	if _, err := s.GetTool(ctx, "x"); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("GetTool after Close: %v", err)
 	}
-	if _, err := s.CreateTool(ctx, store.CreateToolParams{Tool: &store.Tool{Name: "x"}}); !errors.Is(err, store.ErrUnavailable) {
+	if _, err := s.CreateTool(ctx, store.CreateToolParams{Tool: &store.Tool{Name: "x", Incarnation: "inc-x"}}); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("CreateTool after Close: %v", err)
 	}
 	if err := s.AppendAuditEvents(ctx, nil); !errors.Is(err, store.ErrUnavailable) {
@@ -120,7 +120,7 @@ func TestPostgresPrecision(t *testing.T) {
 	defer s.Close()
 	ctx := t.Context()
 	now := time.Date(2030, 1, 2, 3, 4, 5, 123456789, time.FixedZone("X", 3600))
-	tool, err := s.CreateTool(ctx, store.CreateToolParams{Tool: &store.Tool{Name: "x"}, Now: now})
+	tool, err := s.CreateTool(ctx, store.CreateToolParams{Tool: &store.Tool{Name: "x", Incarnation: "inc-x"}, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestRejectsInvalidJSON(t *testing.T) {
 	_, _, err := s.ClaimCall(t.Context(), store.ClaimCallParams{Call: &store.Call{
 		ID: "c", PrincipalID: "p", IdempotencyKey: "k", State: store.CallInProgress, AttemptCount: 1,
 		Result: &store.Result{Value: json.RawMessage(`{"a":`)},
-	}})
+	}, Lease: time.Minute})
 	if !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("ClaimCall with invalid JSON: %v", err)
 	}

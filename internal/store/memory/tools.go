@@ -15,6 +15,9 @@ func (s *Store) CreateTool(ctx context.Context, p store.CreateToolParams) (*stor
 	if err != nil {
 		return nil, err
 	}
+	if t.Incarnation == "" {
+		return nil, fmt.Errorf("tool %q has no incarnation: %w", t.Name, store.ErrInvalid)
+	}
 	events, err := importEvents(p.Events)
 	if err != nil {
 		return nil, err
@@ -66,6 +69,7 @@ func (s *Store) UpdateTool(ctx context.Context, p store.UpdateToolParams) (*stor
 			return err
 		}
 		t.Version = cur.Version + 1
+		t.Incarnation = cur.Incarnation
 		t.CreatedAt = cur.CreatedAt
 		t.UpdatedAt = normTime(p.Now)
 		tx.st.tools[t.Name] = t
@@ -77,27 +81,86 @@ func (s *Store) UpdateTool(ctx context.Context, p store.UpdateToolParams) (*stor
 	return out, err
 }
 
-// DeleteTool implements store.ToolStore.
+// DeleteTool implements store.ToolStore. The tool's open approvals and
+// previews are given up in the same write, in id (token) order.
 func (s *Store) DeleteTool(ctx context.Context, p store.DeleteToolParams) (*store.Tool, error) {
 	events, err := importEvents(p.Events)
 	if err != nil {
 		return nil, err
 	}
+	now := normTime(p.Now)
 	var out *store.Tool
 	err = s.write(ctx, func(tx *tx) error {
-		cur, ok := tx.st.tools[p.Name]
+		st := tx.st
+		cur, ok := st.tools[p.Name]
 		if !ok {
 			return fmt.Errorf("tool %q: %w", p.Name, store.ErrNotFound)
 		}
 		if p.ExpectedVersion != 0 && cur.Version != p.ExpectedVersion {
 			return fmt.Errorf("tool %q is at version %d, not %d: %w", p.Name, cur.Version, p.ExpectedVersion, store.ErrConflict)
 		}
-		if err := tx.st.checkEvents(events); err != nil {
+		// Decide everything (and check the events) before changing anything.
+		all := slices.Clone(events)
+		var approvals []*store.Approval
+		var approvalEvents [][]*store.AuditEvent
+		for _, id := range sortedKeys(st.approvals) {
+			a := st.approvals[id]
+			if a.Tool != p.Name || (a.State != store.ApprovalPending && a.State != store.ApprovalApproved) {
+				continue
+			}
+			after := cloneApproval(a)
+			after.State = store.ApprovalInvalidated
+			var evs []*store.AuditEvent
+			if p.ApprovalEventsFor != nil {
+				if evs, err = importEvents(p.ApprovalEventsFor(cloneApproval(after))); err != nil {
+					return err
+				}
+			}
+			approvals, approvalEvents = append(approvals, after), append(approvalEvents, evs)
+			all = append(all, evs...)
+		}
+		var previews []*store.Preview
+		var previewEvents [][]*store.AuditEvent
+		for _, token := range sortedKeys(st.previews) {
+			pv := st.previews[token]
+			if pv.Tool != p.Name || pv.State != store.PreviewPending {
+				continue
+			}
+			after := clonePreview(pv)
+			after.State = store.PreviewExpired
+			var evs []*store.AuditEvent
+			if p.PreviewEventsFor != nil {
+				if evs, err = importEvents(p.PreviewEventsFor(clonePreview(after))); err != nil {
+					return err
+				}
+			}
+			previews, previewEvents = append(previews, after), append(previewEvents, evs)
+			all = append(all, evs...)
+		}
+		if err := st.checkEvents(all); err != nil {
 			return err
 		}
-		delete(tx.st.tools, p.Name)
-		delete(tx.st.health, p.Name)
-		tx.st.appendEvents(events)
+
+		delete(st.tools, p.Name)
+		delete(st.health, p.Name)
+		st.appendEvents(events)
+		release := func(callID string, from store.CallState, matches func(*store.Call) bool) {
+			if c := st.calls[callID]; c != nil && c.State == from && matches(c) {
+				c.State = store.CallReleased
+				c.UpdatedAt = now
+			}
+		}
+		for i, a := range approvals {
+			st.approvals[a.ID] = a
+			release(a.CallID, store.CallAwaitingApproval, func(c *store.Call) bool { return c.ApprovalID == a.ID })
+			st.appendEvents(approvalEvents[i])
+			tx.notify(store.TopicApprovals, a.ID)
+		}
+		for i, pv := range previews {
+			st.previews[pv.Token] = pv
+			release(pv.CallID, store.CallAwaitingPreview, func(c *store.Call) bool { return c.PreviewToken == pv.Token })
+			st.appendEvents(previewEvents[i])
+		}
 		tx.notify(store.TopicTools, p.Name)
 		out = cur // removed from the state: nobody else holds it
 		return nil

@@ -34,6 +34,9 @@ func (s *Store) ListApprovals(ctx context.Context, p store.ListApprovalsParams) 
 	if p.Tool != "" {
 		q.where("tool = ?", p.Tool)
 	}
+	if p.Requester != "" {
+		q.where("requester = ?", p.Requester)
+	}
 	rows, err := s.pool.Query(ctx, `SELECT `+approvalColumns+` FROM approvals`+q.whereSQL()+
 		` ORDER BY id DESC`+q.limitSQL(p.Limit), q.args...)
 	if err != nil {

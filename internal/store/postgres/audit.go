@@ -47,9 +47,11 @@ func (s *Store) AppendAuditEvents(ctx context.Context, events []store.AuditEvent
 	return setSeqs(events, ids, seqs)
 }
 
-// auditDetails checks that every event has an ID and encodes their details
-// (nil: no detail), so that a refused batch is refused before anything is
-// sent.
+// auditDetails checks that every event has an ID and returns their details
+// as text (nil: no detail), so that a refused batch is refused before
+// anything is sent. The details go in a json column, which keeps them byte
+// for byte and, unlike jsonb, holds strings with \u0000; the column refuses
+// what is not a JSON object in UTF-8.
 func auditDetails(events []store.AuditEvent) ([]*string, error) {
 	details := make([]*string, len(events))
 	for i := range events {
@@ -57,12 +59,8 @@ func auditDetails(events []store.AuditEvent) ([]*string, error) {
 		if ev.ID == "" {
 			return nil, fmt.Errorf("%w: audit event %d (%s) has no id", store.ErrInvalid, i, ev.Type)
 		}
-		d, err := marshalDetail(ev.Detail)
-		if err != nil {
-			return nil, err
-		}
-		if d != nil {
-			text := d.(string)
+		if len(ev.Detail) > 0 {
+			text := string(ev.Detail)
 			details[i] = &text
 		}
 	}
@@ -120,7 +118,7 @@ func (r *auditRows) insertSQL(args *stmtArgs, from, callID string) string {
 	return `INSERT INTO audit_events
 		(id, time, type, call_id, trace_id, task_id, step_id, principal, tool, action, risk, decision, outcome, detail)
 		SELECT e.id, e.time, e.type, ` + callID + `, e.trace_id, e.task_id, e.step_id, e.principal, e.tool,
-			e.action, e.risk, e.decision, e.outcome, e.detail::jsonb
+			e.action, e.risk, e.decision, e.outcome, e.detail::json
 		FROM ` + from + `unnest(` + args.add(r.ids) + `::text[], ` + args.add(r.times) + `::timestamptz[], ` +
 		args.add(r.types) + `::text[], ` + args.add(r.callIDs) + `::text[], ` + args.add(r.traceIDs) + `::text[], ` +
 		args.add(r.taskIDs) + `::text[], ` + args.add(r.stepIDs) + `::text[], ` + args.add(r.principals) + `::text[], ` +
@@ -157,10 +155,54 @@ func setSeqs(events []store.AuditEvent, ids []string, seqs []int64) error {
 // so a reader following the trail by AfterSeq may see a higher Seq commit
 // before a lower one that was still in flight; readers that must not miss
 // events re-read a short window behind their cursor.
+//
+// With a byte budget the events are read in chunks, each sized from the
+// events read so far to fill what is left of the budget, so that a trail of
+// huge events is not read (and sent by the database) far past it.
 func (s *Store) ListAuditEvents(ctx context.Context, f store.AuditFilter) ([]*store.AuditEvent, error) {
-	if f.Limit < 0 || f.AfterSeq < 0 {
-		return nil, fmt.Errorf("%w: list audit events: negative limit or cursor", store.ErrInvalid)
+	if f.Limit < 0 || f.AfterSeq < 0 || f.MaxBytes < 0 {
+		return nil, fmt.Errorf("%w: list audit events: negative limit, cursor or byte budget", store.ErrInvalid)
 	}
+	if f.MaxBytes == 0 {
+		return s.listAuditEvents(ctx, f)
+	}
+	// Small, so that a first read of huge events stays near the budget; the
+	// next chunk is sized from what it found.
+	const firstChunk = 4
+	var out []*store.AuditEvent
+	total := 0
+	for {
+		chunk := firstChunk
+		if len(out) > 0 {
+			avg := max(total/len(out), 1)
+			chunk = (f.MaxBytes-total)/avg + 1
+		}
+		if f.Limit > 0 {
+			chunk = min(chunk, f.Limit-len(out))
+		}
+		g := f
+		g.Limit = chunk
+		if len(out) > 0 {
+			g.AfterSeq = out[len(out)-1].Seq
+		}
+		evs, err := s.listAuditEvents(ctx, g)
+		if err != nil {
+			return nil, err
+		}
+		for _, ev := range evs {
+			out = append(out, ev)
+			if total += store.AuditEventSize(ev); total > f.MaxBytes {
+				return out, nil
+			}
+		}
+		if len(evs) < chunk || (f.Limit > 0 && len(out) >= f.Limit) {
+			return out, nil
+		}
+	}
+}
+
+// listAuditEvents is ListAuditEvents without a byte budget.
+func (s *Store) listAuditEvents(ctx context.Context, f store.AuditFilter) ([]*store.AuditEvent, error) {
 	var q query
 	if f.AfterSeq > 0 {
 		q.where("seq > ?", f.AfterSeq)
@@ -207,6 +249,31 @@ func (s *Store) ListAuditEvents(ctx context.Context, f store.AuditFilter) ([]*st
 		return nil, fmt.Errorf("list audit events: %w", interpretError(err))
 	}
 	return out, nil
+}
+
+// DeleteAuditEventsBefore implements store.AuditStore. SKIP LOCKED lets
+// reapers on several replicas delete different batches at once.
+func (s *Store) DeleteAuditEventsBefore(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit < 0 {
+		return 0, fmt.Errorf("%w: delete audit events: negative limit", store.ErrInvalid)
+	}
+	var q query
+	q.where("time < ?", before)
+	sql := `DELETE FROM audit_events WHERE seq IN (
+		SELECT seq FROM audit_events` + q.whereSQL() + ` ORDER BY time` + q.limitSQL(limit) + ` FOR UPDATE SKIP LOCKED)`
+	var n int64
+	err := s.retry(ctx, func() error {
+		tag, err := s.pool.Exec(ctx, sql, q.args...)
+		if err != nil {
+			return interpretError(err)
+		}
+		n = tag.RowsAffected()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("delete audit events: %w", err)
+	}
+	return int(n), nil
 }
 
 // ListTaskHistory implements store.TaskHistoryStore.

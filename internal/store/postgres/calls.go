@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/toolsvc/toolsvc/internal/store"
 )
@@ -41,8 +42,11 @@ func (s *Store) GetCallByKey(ctx context.Context, principalID, key string) (*sto
 // WHERE false, so no row comes back and nothing is written; Postgres still
 // locks the holder's row, so reading it next in the same transaction sees the
 // record that won.
+//
+// The lease ($17, an interval or NULL) runs from the database's clock, which
+// every replica shares (see leaseArg).
 var claimCallSQL = `INSERT INTO calls (` + callColumns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, now() + $17::interval, $18, $19, $20, $21, $22, $23, $24)
 	ON CONFLICT ON CONSTRAINT calls_principal_key_uniq DO UPDATE SET
 		fingerprint = EXCLUDED.fingerprint, tool = EXCLUDED.tool, action = EXCLUDED.action,
 		tool_version = EXCLUDED.tool_version, state = EXCLUDED.state, trace_id = EXCLUDED.trace_id,
@@ -57,10 +61,10 @@ var claimCallSQL = `INSERT INTO calls (` + callColumns + `)
 	RETURNING ` + callColumns
 
 const insertApprovalSQL = `INSERT INTO approvals (` + approvalColumns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`
 
 const insertPreviewSQL = `INSERT INTO previews (` + previewColumns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
 
 // ClaimCall implements store.CallStore.
 //
@@ -96,9 +100,16 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 		return nil, false, fmt.Errorf("%w: claim call %q: state %s takes an approval (with an id) only if AWAITING_APPROVAL and a preview (with a token) only if AWAITING_PREVIEW",
 			store.ErrInvalid, c.ID, c.State)
 	}
+	if c.State == store.CallInProgress && p.Lease <= 0 {
+		return nil, false, fmt.Errorf("%w: claim call %q: an IN_PROGRESS claim needs a lease", store.ErrInvalid, c.ID)
+	}
 	args, err := callArgs(&c)
 	if err != nil {
 		return nil, false, err
+	}
+	args[leaseArgIndex] = nil
+	if c.State == store.CallInProgress {
+		args[leaseArgIndex] = leaseArg(p.Lease)
 	}
 
 	var (
@@ -308,7 +319,7 @@ var startParkedCallSQL = `WITH consumed_approval AS (
 			AND EXISTS (SELECT 1 FROM calls WHERE id = $1 AND state = 'AWAITING_PREVIEW' AND preview_token = $3)
 		RETURNING token
 	)
-	UPDATE calls SET state = 'IN_PROGRESS', lease_expires_at = $5, risk = $6, decision = $7, updated_at = $4,
+	UPDATE calls SET state = 'IN_PROGRESS', lease_expires_at = now() + $5::interval, risk = $6, decision = $7, updated_at = $4,
 		attempt_count = attempt_count + 1, claim_token = $10
 	WHERE id = $1 AND (
 		(state = 'AWAITING_APPROVAL' AND approval_id = $2 AND EXISTS (SELECT 1 FROM consumed_approval)) OR
@@ -324,11 +335,14 @@ var startParkedCallSQL = `WITH consumed_approval AS (
 // are sent before the outcome is known, so they are stored only by the
 // COMMIT that follows a started call.
 func (s *Store) StartParkedCall(ctx context.Context, p store.StartParkedCallParams) (*store.Call, error) {
+	if p.Lease <= 0 {
+		return nil, fmt.Errorf("%w: start parked call %q: no lease", store.ErrInvalid, p.CallID)
+	}
 	var out *store.Call
 	err := s.retry(ctx, func() error {
 		var tl tail
 		tl.batch.BeginTx(pgx.TxOptions{})
-		tl.batch.Queue(startParkedCallSQL, p.CallID, p.ApprovalID, p.PreviewToken, p.Now, tsArg(p.LeaseExpiresAt),
+		tl.batch.Queue(startParkedCallSQL, p.CallID, p.ApprovalID, p.PreviewToken, p.Now, leaseArg(p.Lease),
 			riskText(p.Risk), string(p.Decision), notifyChannel, string(store.TopicApprovals)+":", p.ClaimToken)
 		// A refused event queues nothing: it is reported once the call is
 		// known to have started, as the statement's own outcome comes first.
@@ -372,10 +386,14 @@ func (s *Store) StartParkedCall(ctx context.Context, p store.StartParkedCallPara
 	return out, nil
 }
 
-// RenewCallLease implements store.CallStore.
-func (s *Store) RenewCallLease(ctx context.Context, callID string, attempt int, until time.Time) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE calls SET lease_expires_at = $3
-		WHERE id = $1 AND state = 'IN_PROGRESS' AND attempt_count = $2`, callID, attempt, until)
+// RenewCallLease implements store.CallStore. The lease runs from the
+// database's clock; the caller's now is not used.
+func (s *Store) RenewCallLease(ctx context.Context, callID string, attempt int, _ time.Time, lease time.Duration) error {
+	if lease <= 0 {
+		return fmt.Errorf("%w: renew lease of call %q: no lease", store.ErrInvalid, callID)
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE calls SET lease_expires_at = now() + $3::interval
+		WHERE id = $1 AND state = 'IN_PROGRESS' AND attempt_count = $2`, callID, attempt, leaseArg(lease))
 	if err != nil {
 		return fmt.Errorf("renew lease of call %q: %w", callID, interpretError(err))
 	}
@@ -636,9 +654,12 @@ func (s *Store) ResolveCall(ctx context.Context, p store.ResolveCallParams) (*st
 	return out, nil
 }
 
-// ReapExpiredLeases implements store.CallStore. SKIP LOCKED lets reapers on
-// several replicas run at once: each takes calls the others have not locked,
-// so every call is reaped once.
+// ReapExpiredLeases implements store.CallStore. Leases are compared with the
+// database's clock, which set them, never with the reaper's (p.Now is only
+// recorded): a replica whose clock runs ahead must not take away leases the
+// others still renew. SKIP LOCKED lets reapers on several replicas run at
+// once: each takes calls the others have not locked, so every call is reaped
+// once.
 func (s *Store) ReapExpiredLeases(ctx context.Context, p store.ReapParams) ([]*store.Call, error) {
 	if p.Limit < 0 {
 		return nil, fmt.Errorf("%w: reap expired leases: negative limit", store.ErrInvalid)
@@ -652,7 +673,7 @@ func (s *Store) ReapExpiredLeases(ctx context.Context, p store.ReapParams) ([]*s
 		// Lease order is decided on the due rows; the lease itself is
 		// cleared (the attempt no longer holds one).
 		rows, err := tx.Query(ctx, `WITH due AS (
-				SELECT id, lease_expires_at FROM calls WHERE state = 'IN_PROGRESS' AND lease_expires_at < $1
+				SELECT id, lease_expires_at FROM calls WHERE state = 'IN_PROGRESS' AND lease_expires_at < now()
 				ORDER BY lease_expires_at, id LIMIT $2 FOR UPDATE SKIP LOCKED
 			)
 			UPDATE calls c SET state = 'UNKNOWN', result = $3, updated_at = $1, expires_at = $4,
@@ -837,6 +858,16 @@ func (s *Store) DeleteExpiredCalls(ctx context.Context, now time.Time, limit int
 		return 0, err
 	}
 	return n, nil
+}
+
+// leaseArgIndex is the index of lease_expires_at in callColumns (and
+// callArgs): in a claim it carries the lease's length (leaseArg).
+const leaseArgIndex = 16
+
+// leaseArg is a lease's length as an interval argument, added to the
+// database's clock (now() + $n::interval) wherever a lease is set.
+func leaseArg(d time.Duration) pgtype.Interval {
+	return pgtype.Interval{Microseconds: d.Microseconds(), Valid: true}
 }
 
 // limitArg is a LIMIT argument: NULL (no limit) for n <= 0.

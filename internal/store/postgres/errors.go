@@ -20,6 +20,9 @@ const (
 	codeSerialization       = "40001"
 	codeDeadlock            = "40P01"
 	codeInvalidText         = "22P02"
+	codeBadEncoding         = "22021" // character_not_in_repertoire: invalid UTF-8, NUL in text
+	codeUntranslatable      = "22P05" // untranslatable_character: \u0000 in jsonb
+	codeInvalidJSON         = "22032" // invalid_json_text
 	codeTooManyConnections  = "53300"
 	codeAdminShutdown       = "57P01"
 	codeCrashShutdown       = "57P02"
@@ -35,7 +38,8 @@ const (
 //
 //   - no rows -> store.ErrNotFound
 //   - unique / foreign key violation -> store.ErrConflict
-//   - check / not-null violation, malformed value -> store.ErrInvalid
+//   - check / not-null violation, malformed value, text the database cannot
+//     hold (invalid UTF-8, NUL) -> store.ErrInvalid
 //   - a context that ended -> store.ErrUnavailable and the context's error
 //   - a failure to connect, whatever the server answered while refusing,
 //     anything else that is not an error reported by the server (dial
@@ -75,7 +79,8 @@ func interpretError(err error) error {
 		switch {
 		case pgErr.Code == codeUniqueViolation, pgErr.Code == codeForeignKeyViolation:
 			return fmt.Errorf("%w: %s", store.ErrConflict, msg)
-		case pgErr.Code == codeCheckViolation, pgErr.Code == codeNotNullViolation, pgErr.Code == codeInvalidText:
+		case pgErr.Code == codeCheckViolation, pgErr.Code == codeNotNullViolation, pgErr.Code == codeInvalidText,
+			pgErr.Code == codeBadEncoding, pgErr.Code == codeUntranslatable, pgErr.Code == codeInvalidJSON:
 			return fmt.Errorf("%w: %s", store.ErrInvalid, msg)
 		case pgErr.Code == codeDeadlock, pgErr.Code == codeSerialization:
 			return &txAbortedError{msg: fmt.Sprintf("%s (SQLSTATE %s)", msg, pgErr.Code)}

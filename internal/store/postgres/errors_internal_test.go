@@ -33,6 +33,8 @@ func TestInterpretError(t *testing.T) {
 		{name: "check violation", in: pg(codeCheckViolation), want: store.ErrInvalid},
 		{name: "not null violation", in: pg(codeNotNullViolation), want: store.ErrInvalid},
 		{name: "invalid json text", in: pg(codeInvalidText), want: store.ErrInvalid},
+		{name: "invalid UTF-8 or NUL in text", in: pg(codeBadEncoding), want: store.ErrInvalid},
+		{name: "NUL in jsonb", in: pg(codeUntranslatable), want: store.ErrInvalid},
 		{name: "connection failure", in: pg("08006"), want: store.ErrUnavailable},
 		{name: "admin shutdown", in: pg(codeAdminShutdown), want: store.ErrUnavailable},
 		{name: "cannot connect now", in: pg(codeCannotConnectNow), want: store.ErrUnavailable},

@@ -38,7 +38,7 @@ func testTool(name string) *store.Tool {
 	return &store.Tool{
 		Name: name, Description: "test tool " + name, ConnectorID: "c", ProviderType: store.ProviderNative,
 		DefaultRisk: toolkit.RiskLow, Actions: []store.Action{{Name: "run", Description: "run it"}},
-		Source: store.SourceAPI,
+		Source: store.SourceAPI, Incarnation: "inc-" + name,
 	}
 }
 
@@ -255,7 +255,7 @@ func TestOpenAndSubscribeWhenUnreachable(t *testing.T) {
 	}
 	if _, _, err := s.ClaimCall(ctx, store.ClaimCallParams{Call: &store.Call{
 		ID: "c", PrincipalID: "p", IdempotencyKey: "k", State: store.CallInProgress, AttemptCount: 1,
-	}}); !errors.Is(err, store.ErrUnavailable) {
+	}, Lease: time.Minute}); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("ClaimCall = %v, want ErrUnavailable", err)
 	}
 }

@@ -114,18 +114,6 @@ func resultOut(b []byte) (*store.Result, error) {
 	return r, nil
 }
 
-// marshalDetail encodes an audit event's detail object.
-func marshalDetail(d map[string]any) (any, error) {
-	if d == nil {
-		return nil, nil
-	}
-	b, err := json.Marshal(d)
-	if err != nil {
-		return nil, fmt.Errorf("%w: encode audit detail: %w", store.ErrInvalid, err)
-	}
-	return string(b), nil
-}
-
 // qualified prefixes each column of a column list with a table alias, for
 // statements that join.
 func qualified(alias, columns string) string {
@@ -138,27 +126,34 @@ func qualified(alias, columns string) string {
 
 // --- tools ---
 
-const toolColumns = `name, version, source, definition, created_at, updated_at`
+const toolColumns = `name, version, source, definition, created_at, updated_at, incarnation`
 
 // toolDefinition is the stored definition: the whole tool as JSON. The
 // store-managed fields in it are overwritten from their columns when read.
+// The tool's JSON documents (schemas, examples) are embedded as they are:
+// json.Marshal would escape <, > and & in them, and they must come back
+// byte for byte as given (the memory store keeps them so).
 func toolDefinition(t *store.Tool) (string, error) {
-	b, err := json.Marshal(t)
-	if err != nil {
+	c := *t
+	c.Incarnation = "" // a column of its own
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(&c); err != nil {
 		return "", fmt.Errorf("%w: encode tool %q: %w", store.ErrInvalid, t.Name, err)
 	}
-	return string(b), nil
+	return strings.TrimSuffix(buf.String(), "\n"), nil
 }
 
 func scanTool(row pgx.Row) (*store.Tool, error) {
 	var (
-		name, source string
-		version      int64
-		def          []byte
-		created      time.Time
-		updated      time.Time
+		name, source, incarnation string
+		version                   int64
+		def                       []byte
+		created                   time.Time
+		updated                   time.Time
 	)
-	if err := row.Scan(&name, &version, &source, &def, timeDst{&created}, timeDst{&updated}); err != nil {
+	if err := row.Scan(&name, &version, &source, &def, timeDst{&created}, timeDst{&updated}, &incarnation); err != nil {
 		return nil, interpretError(err)
 	}
 	t := &store.Tool{}
@@ -166,6 +161,7 @@ func scanTool(row pgx.Row) (*store.Tool, error) {
 		return nil, fmt.Errorf("postgres: decode stored tool %q: %w", name, err)
 	}
 	t.Name, t.Version, t.Source, t.CreatedAt, t.UpdatedAt = name, version, store.ToolSource(source), created, updated
+	t.Incarnation = incarnation
 	return t, nil
 }
 
@@ -236,7 +232,8 @@ func callArgs(c *store.Call) ([]any, error) {
 // --- approvals ---
 
 const approvalColumns = `id, call_id, requester, tool, action, tool_version, arguments, fingerprint,
-	idempotency_key, risk, trace_id, task_id, step_id, state, created_at, expires_at, resolver, comment, resolved_at`
+	idempotency_key, risk, trace_id, task_id, step_id, state, created_at, expires_at, resolver, comment, resolved_at,
+	tool_incarnation`
 
 func scanApproval(row pgx.Row) (*store.Approval, error) {
 	a := &store.Approval{}
@@ -244,7 +241,7 @@ func scanApproval(row pgx.Row) (*store.Approval, error) {
 	var args []byte
 	if err := row.Scan(&a.ID, &a.CallID, &a.Requester, &a.Tool, &a.Action, &a.ToolVersion, &args, &a.Fingerprint,
 		&a.IdempotencyKey, riskDst{&a.Risk}, &a.TraceID, &a.TaskID, &a.StepID, &state, timeDst{&a.CreatedAt},
-		timeDst{&a.ExpiresAt}, &a.Resolver, &a.Comment, timeDst{&a.ResolvedAt}); err != nil {
+		timeDst{&a.ExpiresAt}, &a.Resolver, &a.Comment, timeDst{&a.ResolvedAt}, &a.ToolIncarnation); err != nil {
 		return nil, interpretError(err)
 	}
 	a.State, a.Arguments = store.ApprovalState(state), rawOut(args)
@@ -254,7 +251,7 @@ func scanApproval(row pgx.Row) (*store.Approval, error) {
 func approvalArgs(a *store.Approval) []any {
 	return []any{a.ID, a.CallID, a.Requester, a.Tool, a.Action, a.ToolVersion, rawArg(a.Arguments), a.Fingerprint,
 		a.IdempotencyKey, riskText(a.Risk), a.TraceID, a.TaskID, a.StepID, string(a.State), tsArg(a.CreatedAt),
-		tsArg(a.ExpiresAt), a.Resolver, a.Comment, tsArg(a.ResolvedAt)}
+		tsArg(a.ExpiresAt), a.Resolver, a.Comment, tsArg(a.ResolvedAt), a.ToolIncarnation}
 }
 
 func collectApprovals(rows pgx.Rows) ([]*store.Approval, error) {
@@ -276,14 +273,14 @@ func collectApprovals(rows pgx.Rows) ([]*store.Approval, error) {
 // --- previews ---
 
 const previewColumns = `token, call_id, principal_id, idempotency_key, fingerprint, tool, action, tool_version,
-	message, value, state, created_at, expires_at`
+	message, value, state, created_at, expires_at, tool_incarnation`
 
 func scanPreview(row pgx.Row) (*store.Preview, error) {
 	p := &store.Preview{}
 	var state string
 	var value []byte
 	if err := row.Scan(&p.Token, &p.CallID, &p.PrincipalID, &p.IdempotencyKey, &p.Fingerprint, &p.Tool, &p.Action,
-		&p.ToolVersion, &p.Message, &value, &state, timeDst{&p.CreatedAt}, timeDst{&p.ExpiresAt}); err != nil {
+		&p.ToolVersion, &p.Message, &value, &state, timeDst{&p.CreatedAt}, timeDst{&p.ExpiresAt}, &p.ToolIncarnation); err != nil {
 		return nil, interpretError(err)
 	}
 	p.State, p.Value = store.PreviewState(state), rawOut(value)
@@ -308,7 +305,7 @@ func collectPreviews(rows pgx.Rows) ([]*store.Preview, error) {
 
 func previewArgs(p *store.Preview) []any {
 	return []any{p.Token, p.CallID, p.PrincipalID, p.IdempotencyKey, p.Fingerprint, p.Tool, p.Action,
-		p.ToolVersion, p.Message, rawArg(p.Value), string(p.State), tsArg(p.CreatedAt), tsArg(p.ExpiresAt)}
+		p.ToolVersion, p.Message, rawArg(p.Value), string(p.State), tsArg(p.CreatedAt), tsArg(p.ExpiresAt), p.ToolIncarnation}
 }
 
 // --- audit events ---
@@ -326,10 +323,8 @@ func scanAuditEvent(row pgx.Row) (*store.AuditEvent, error) {
 		return nil, interpretError(err)
 	}
 	ev.Decision, ev.Outcome = store.GateDecision(decision), store.Outcome(outcome)
-	if detail != nil {
-		if err := json.Unmarshal(detail, &ev.Detail); err != nil {
-			return nil, fmt.Errorf("postgres: decode audit detail of %s: %w", ev.ID, err)
-		}
+	if len(detail) > 0 {
+		ev.Detail = detail
 	}
 	return ev, nil
 }

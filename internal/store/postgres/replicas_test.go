@@ -59,7 +59,7 @@ func newCall(key string, state store.CallState) *store.Call {
 }
 
 func parkedParams(c *store.Call) store.ClaimCallParams {
-	p := store.ClaimCallParams{Call: c}
+	p := store.ClaimCallParams{Call: c, Lease: time.Minute}
 	switch c.State {
 	case store.CallAwaitingApproval:
 		p.Approval = &store.Approval{
@@ -111,7 +111,7 @@ func TestClaimAcrossReplicas(t *testing.T) {
 		race(rs, func(s *postgres.Store, i int) {
 			c := newCall("k", store.CallInProgress)
 			ev := audit.New(audit.ToolCallAttempted, store.AuditEvent{Time: t0, CallID: c.ID})
-			got, ok, err := s.ClaimCall(t.Context(), store.ClaimCallParams{Call: c, Events: []store.AuditEvent{ev}})
+			got, ok, err := s.ClaimCall(t.Context(), store.ClaimCallParams{Call: c, Lease: time.Minute, Events: []store.AuditEvent{ev}})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -186,7 +186,7 @@ func TestStartParkedCallAcrossReplicas(t *testing.T) {
 			race(rs, func(s *postgres.Store, i int) {
 				_, err := s.StartParkedCall(t.Context(), store.StartParkedCallParams{
 					CallID: c.ID, ApprovalID: c.ApprovalID, PreviewToken: c.PreviewToken, Now: t0.Add(time.Minute),
-					LeaseExpiresAt: t0.Add(2 * time.Minute), Risk: toolkit.RiskHigh, Decision: c.Decision,
+					Lease: time.Minute, Risk: toolkit.RiskHigh, Decision: c.Decision,
 					Events: []store.AuditEvent{audit.New(audit.ToolCallAttempted, store.AuditEvent{Time: t0, CallID: c.ID})},
 				})
 				switch {
@@ -261,7 +261,7 @@ func TestStartRacesExpiryAndRelease(t *testing.T) {
 		for _, c := range parked {
 			_, err := rs[0].StartParkedCall(t.Context(), store.StartParkedCallParams{
 				CallID: c.ID, ApprovalID: c.ApprovalID, Now: t0.Add(time.Minute),
-				LeaseExpiresAt: t0.Add(2 * time.Minute), Risk: c.Risk, Decision: c.Decision,
+				Lease: time.Minute, Risk: c.Risk, Decision: c.Decision,
 			})
 			report(err)
 		}
@@ -331,9 +331,9 @@ func TestReapAcrossReplicas(t *testing.T) {
 	const calls = 40
 	for i := range calls {
 		c := newCall(fmt.Sprintf("k%02d", i), store.CallInProgress)
-		c.LeaseExpiresAt = t0.Add(time.Duration(i) * time.Second)
-		mustClaim(t, rs[i%2], store.ClaimCallParams{Call: c})
+		mustClaim(t, rs[i%2], store.ClaimCallParams{Call: c, Lease: time.Millisecond})
 	}
+	time.Sleep(5 * time.Millisecond) // every lease runs out, by the database's clock
 	var (
 		mu     sync.Mutex
 		reaped = map[string]int{}
@@ -395,7 +395,7 @@ func TestDeleteExpiredAcrossReplicas(t *testing.T) {
 	// One call that must stay: in progress, long past its retention.
 	keep := newCall("keep", store.CallInProgress)
 	keep.ExpiresAt = t0
-	mustClaim(t, rs[1], store.ClaimCallParams{Call: keep})
+	mustClaim(t, rs[1], store.ClaimCallParams{Call: keep, Lease: time.Hour})
 
 	var total atomic.Int32
 	var errCount atomic.Int32
@@ -462,12 +462,12 @@ func TestSchemaRefusesInvalidValues(t *testing.T) {
 
 	c := newCall("bad-risk", store.CallInProgress)
 	c.Risk = toolkit.RiskLevel(9)
-	if _, _, err := s.ClaimCall(ctx, store.ClaimCallParams{Call: c}); !errors.Is(err, store.ErrInvalid) {
+	if _, _, err := s.ClaimCall(ctx, store.ClaimCallParams{Call: c, Lease: time.Minute}); !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("ClaimCall with risk 9 = %v, want ErrInvalid", err)
 	}
 	c = newCall("bad-decision", store.CallInProgress)
 	c.Decision = "MAYBE"
-	if _, _, err := s.ClaimCall(ctx, store.ClaimCallParams{Call: c}); !errors.Is(err, store.ErrInvalid) {
+	if _, _, err := s.ClaimCall(ctx, store.ClaimCallParams{Call: c, Lease: time.Minute}); !errors.Is(err, store.ErrInvalid) {
 		t.Fatalf("ClaimCall with decision MAYBE = %v, want ErrInvalid", err)
 	}
 

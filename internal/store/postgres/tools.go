@@ -13,8 +13,8 @@ import (
 
 // CreateTool implements store.ToolStore.
 func (s *Store) CreateTool(ctx context.Context, p store.CreateToolParams) (*store.Tool, error) {
-	if p.Tool == nil || p.Tool.Name == "" {
-		return nil, fmt.Errorf("%w: create tool: the tool needs a name", store.ErrInvalid)
+	if p.Tool == nil || p.Tool.Name == "" || p.Tool.Incarnation == "" {
+		return nil, fmt.Errorf("%w: create tool: the tool needs a name and an incarnation", store.ErrInvalid)
 	}
 	t := *p.Tool
 	t.Version, t.CreatedAt, t.UpdatedAt = 1, p.Now, p.Now
@@ -25,8 +25,8 @@ func (s *Store) CreateTool(ctx context.Context, p store.CreateToolParams) (*stor
 	var out *store.Tool
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		out, err = scanTool(tx.QueryRow(ctx, `INSERT INTO tools (`+toolColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+toolColumns,
-			t.Name, t.Version, string(t.Source), def, t.CreatedAt, t.UpdatedAt))
+			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+toolColumns,
+			t.Name, t.Version, string(t.Source), def, t.CreatedAt, t.UpdatedAt, t.Incarnation))
 		if err != nil {
 			return fmt.Errorf("create tool %q: %w", t.Name, err)
 		}
@@ -85,7 +85,10 @@ func (s *Store) UpdateTool(ctx context.Context, p store.UpdateToolParams) (*stor
 }
 
 // DeleteTool implements store.ToolStore. The health record goes with the
-// tool (ON DELETE CASCADE).
+// tool (ON DELETE CASCADE). The tool's open approvals and previews are given
+// up in the same transaction, each statement releasing the parked calls of
+// the rows it changed; approvals (and previews) are locked before their
+// calls, as everywhere else.
 func (s *Store) DeleteTool(ctx context.Context, p store.DeleteToolParams) (*store.Tool, error) {
 	var out *store.Tool
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -98,8 +101,51 @@ func (s *Store) DeleteTool(ctx context.Context, p store.DeleteToolParams) (*stor
 			}
 			return fmt.Errorf("delete tool %q: %w", p.Name, err)
 		}
+		rows, err := tx.Query(ctx, `WITH invalidated AS (
+				UPDATE approvals SET state = 'INVALIDATED' WHERE tool = $1 AND state IN ('PENDING', 'APPROVED')
+				RETURNING `+approvalColumns+`
+			), released AS (
+				UPDATE calls c SET state = 'RELEASED', updated_at = $2
+				FROM invalidated a WHERE c.id = a.call_id AND c.state = 'AWAITING_APPROVAL' AND c.approval_id = a.id
+				RETURNING c.id
+			)
+			SELECT `+approvalColumns+` FROM invalidated ORDER BY id`, p.Name, p.Now)
+		if err != nil {
+			return fmt.Errorf("delete tool %q: invalidate approvals: %w", p.Name, interpretError(err))
+		}
+		approvals, err := collectApprovals(rows)
+		if err != nil {
+			return fmt.Errorf("delete tool %q: invalidate approvals: %w", p.Name, err)
+		}
+		rows, err = tx.Query(ctx, `WITH expired AS (
+				UPDATE previews SET state = 'EXPIRED' WHERE tool = $1 AND state = 'PENDING'
+				RETURNING `+previewColumns+`
+			), released AS (
+				UPDATE calls c SET state = 'RELEASED', updated_at = $2
+				FROM expired pv WHERE c.id = pv.call_id AND c.state = 'AWAITING_PREVIEW' AND c.preview_token = pv.token
+				RETURNING c.id
+			)
+			SELECT `+previewColumns+` FROM expired ORDER BY token`, p.Name, p.Now)
+		if err != nil {
+			return fmt.Errorf("delete tool %q: expire previews: %w", p.Name, interpretError(err))
+		}
+		previews, err := collectPreviews(rows)
+		if err != nil {
+			return fmt.Errorf("delete tool %q: expire previews: %w", p.Name, err)
+		}
 		var tl tail
 		tl.events(p.Events)
+		for _, a := range approvals {
+			if p.ApprovalEventsFor != nil {
+				tl.events(p.ApprovalEventsFor(a))
+			}
+			tl.notify(store.TopicApprovals, a.ID)
+		}
+		if p.PreviewEventsFor != nil {
+			for _, pv := range previews {
+				tl.events(p.PreviewEventsFor(pv))
+			}
+		}
 		tl.notify(store.TopicTools, p.Name)
 		return tl.send(ctx, tx)
 	})

@@ -40,7 +40,11 @@ func testListApprovals(t *testing.T, s store.Store) {
 	const n = 13
 	var all []*store.Approval
 	for i := range n {
-		c := newCall("agent-1", "k"+itoa(i), store.CallAwaitingApproval)
+		requester := "agent-1"
+		if i%5 == 0 {
+			requester = "agent-2"
+		}
+		c := newCall(requester, "k"+itoa(i), store.CallAwaitingApproval)
 		if i%3 == 0 {
 			c.Tool = "mail"
 		}
@@ -79,6 +83,11 @@ func testListApprovals(t *testing.T, s store.Store) {
 			return a.Tool == "mail" && a.State == store.ApprovalPending
 		})},
 		{"Expired", store.ListApprovalsParams{State: store.ApprovalExpired}, nil},
+		{"Requester", store.ListApprovalsParams{Requester: "agent-2"}, filter(func(a *store.Approval) bool { return a.Requester == "agent-2" })},
+		{"RequesterMail", store.ListApprovalsParams{Requester: "agent-2", Tool: "mail"}, filter(func(a *store.Approval) bool {
+			return a.Requester == "agent-2" && a.Tool == "mail"
+		})},
+		{"NobodysRequests", store.ListApprovalsParams{Requester: "agent-3"}, nil},
 		{"Before", store.ListApprovalsParams{Before: all[4].ID}, all[5:]},
 		{"BeforeLimit", store.ListApprovalsParams{Before: all[4].ID, Limit: 3}, all[5:8]},
 		{"Limit", store.ListApprovalsParams{Limit: 2}, all[:2]},
@@ -88,7 +97,8 @@ func testListApprovals(t *testing.T, s store.Store) {
 		noErr(t, "ListApprovals "+tc.name, err)
 		same(t, "approvals "+tc.name, normApprovals(t, got), normApprovals(t, tc.want))
 	}
-	if len(cases[1].want) == 0 || len(cases[2].want) == 0 || len(cases[4].want) == 0 {
+	if len(cases[1].want) == 0 || len(cases[2].want) == 0 || len(cases[4].want) == 0 || len(cases[6].want) == 0 ||
+		len(cases[7].want) == 0 || len(cases[6].want) == len(all) {
 		t.Fatal("fixture has an empty filter class")
 	}
 

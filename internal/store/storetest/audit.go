@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,18 +15,18 @@ import (
 func auditTests() []test {
 	return []test{
 		{"AppendOrder", testAuditAppendOrder},
+		{"Details", testAuditDetails},
 		{"Filters", testAuditFilters},
 		{"Pagination", testAuditPagination},
 		{"Refused", testAuditRefused},
+		{"MaxBytes", testAuditMaxBytes},
+		{"DeleteBefore", testAuditDeleteBefore},
 	}
 }
 
 func testAuditAppendOrder(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	full := newEvent(audit.ToolCallSucceeded, newID())
-	full.Detail["unicode"] = "héllo ✓"
-	full.Detail["null"] = nil
-	full.Detail["big"] = float64(1 << 40)
 	bare := audit.New(audit.ToolRegistered, store.AuditEvent{Time: at(2 * time.Second)})
 	batches := [][]store.AuditEvent{
 		{full, newEvent(audit.ToolCallAttempted, newID())},
@@ -38,19 +40,56 @@ func testAuditAppendOrder(t *testing.T, s store.Store) {
 	}
 	noErr(t, "AppendAuditEvents of nothing", s.AppendAuditEvents(ctx, nil))
 	got := wantEvents(t, s, store.AuditFilter{}, want...)
-	if got[0].Detail["nested"].(map[string]any)["list"].([]any)[0] != "a" {
-		t.Fatalf("nested detail lost: %s", show(got[0].Detail))
-	}
 
 	// Events are copies, and Seq is the store's: the caller's is ignored.
-	got[0].Detail["reason"] = "mutated"
-	got[0].Detail["nested"].(map[string]any)["ok"] = false
+	got[0].Detail[2] = 'X'
 	withSeq := newEvent(audit.ToolCallDeduped, newID())
 	withSeq.Seq = 1
 	noErr(t, "AppendAuditEvents", s.AppendAuditEvents(ctx, []store.AuditEvent{withSeq}))
 	again := wantEvents(t, s, store.AuditFilter{}, append(want, withSeq)...)
 	if again[len(again)-1].Seq <= again[len(again)-2].Seq {
 		t.Fatalf("the caller's Seq was kept: %d after %d", again[len(again)-1].Seq, again[len(again)-2].Seq)
+	}
+}
+
+// testAuditDetails: a detail comes back byte for byte — NUL escaped in its
+// strings (which jsonb refuses), any Unicode, numbers beyond float64, key
+// order and spacing as given — and so does a detail the audit package cut
+// to size.
+func testAuditDetails(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	details := []string{
+		`{"arguments":{"text":"a\u0000b","nul":"\u0000"},"message":"ok"}`,
+		`{"unicode":"héllo ✓ 日本語 😀","html":"<a href=\"x\">&amp;</a>","escaped":"\u00e9\ud83d\ude00"}`,
+		`{"big":123456789012345678901234567890,"tiny":1e-400,"neg":-0,"list":[1,2.50,true,null]}`,
+		`{"z":1,"a":2}`,
+		`{ "spaced" : [ 1 , 2 ] }`,
+		`{}`,
+	}
+	huge := map[string]any{"arguments": map[string]any{"blob": strings.Repeat("日本", 20000)},
+		"message": strings.Repeat("x\x00", 5000), "reason": "ARGUMENTS_INVALID"}
+	var events []store.AuditEvent
+	for i, d := range details {
+		ev := newEvent(audit.ToolCallSucceeded, newID())
+		ev.StepID = "step-" + itoa(i)
+		ev.Detail = json.RawMessage(d)
+		events = append(events, ev)
+	}
+	cut := audit.NewBounded(audit.ToolCallFailed, store.AuditEvent{Time: at(time.Second), CallID: newID()},
+		huge, audit.MinDetailMaxBytes)
+	if len(cut.Detail) > audit.MinDetailMaxBytes {
+		t.Fatalf("the audit package left a detail of %d bytes, limit %d", len(cut.Detail), audit.MinDetailMaxBytes)
+	}
+	events = append(events, cut)
+	noErr(t, "AppendAuditEvents", s.AppendAuditEvents(ctx, events))
+	got := wantEvents(t, s, store.AuditFilter{}, events...)
+	for i := range details {
+		if string(got[i].Detail) != details[i] {
+			t.Fatalf("detail %d changed:\n got %s\nwant %s", i, got[i].Detail, details[i])
+		}
+	}
+	if m := got[len(got)-1].DetailMap(); m["truncated"] != true || m["reason"] != "ARGUMENTS_INVALID" {
+		t.Fatalf("cut detail: %s", got[len(got)-1].Detail)
 	}
 }
 
@@ -74,7 +113,7 @@ func auditFixture(t *testing.T, s store.Store, n int) []store.AuditEvent {
 			Risk:      toolkit.RiskLevel(1 + i%4),
 			Decision:  store.DecisionAllow,
 			Outcome:   store.OutcomeSucceeded,
-			Detail:    map[string]any{"i": float64(i)},
+			Detail:    json.RawMessage(`{"i":` + itoa(i) + `}`),
 		}))
 	}
 	// Append in a few batches, as transactions do.
@@ -197,4 +236,99 @@ func testAuditRefused(t *testing.T, s store.Store) {
 	wantErr(t, "AppendAuditEvents of an existing id", err, store.ErrConflict)
 
 	wantEvents(t, s, store.AuditFilter{}, first)
+}
+
+// testAuditMaxBytes: a byte budget ends a list after the first event that
+// goes over it, so a list holds at least one event and a caller can tell the
+// budget was reached.
+func testAuditMaxBytes(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	var events []store.AuditEvent
+	for i := range 10 {
+		e := newEvent(audit.ToolCallSucceeded, newID())
+		e.Time = at(time.Duration(i) * time.Second)
+		e.Detail = json.RawMessage(`{"blob":"` + strings.Repeat("é", 500) + `"}`) // about 1 KB
+		if i == 6 {
+			e.Detail = json.RawMessage(`{"blob":"` + strings.Repeat("x", 10_000) + `"}`)
+		}
+		events = append(events, e)
+	}
+	noErr(t, "AppendAuditEvents", s.AppendAuditEvents(ctx, events))
+	one := store.AuditEventSize(&events[0])
+	if one < 1000 || one > 1200 {
+		t.Fatalf("AuditEventSize of a 1 KB event: %d", one)
+	}
+	// 2.5 events' worth: the third goes over and ends the list.
+	wantEvents(t, s, store.AuditFilter{MaxBytes: one * 5 / 2}, events[:3]...)
+	// A budget smaller than one event still gives one.
+	wantEvents(t, s, store.AuditFilter{MaxBytes: 1}, events[0])
+	// With Limit, whichever ends the list first.
+	wantEvents(t, s, store.AuditFilter{MaxBytes: one * 5, Limit: 2}, events[:2]...)
+	// Paging by the budget walks the whole trail; the big event comes on
+	// its own page right after one that it ended.
+	all, err := s.ListAuditEvents(ctx, store.AuditFilter{})
+	noErr(t, "ListAuditEvents", err)
+	var got []string
+	var sizes []int
+	f := store.AuditFilter{MaxBytes: one * 5 / 2}
+	for range 20 {
+		page, err := s.ListAuditEvents(ctx, f)
+		noErr(t, "ListAuditEvents page", err)
+		if len(page) == 0 {
+			break
+		}
+		sizes = append(sizes, len(page))
+		for _, e := range page {
+			got = append(got, e.ID)
+		}
+		f.AfterSeq = page[len(page)-1].Seq
+	}
+	same(t, "events paged by bytes", got, eventIDs(events))
+	same(t, "page sizes", sizes, []int{3, 3, 1, 3})
+	if len(all) != len(events) {
+		t.Fatalf("%d events stored", len(all))
+	}
+	_, err = s.ListAuditEvents(ctx, store.AuditFilter{MaxBytes: -1})
+	wantErr(t, "ListAuditEvents with a negative budget", err, store.ErrInvalid)
+}
+
+// testAuditDeleteBefore: events older than a time are deleted oldest first,
+// in batches; the rest of the trail is untouched.
+func testAuditDeleteBefore(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	var events []store.AuditEvent
+	// Times out of Seq order: deletion goes by time.
+	for _, sec := range []int{5, 1, 9, 3, 7, 2, 8} {
+		e := newEvent(audit.ToolCallSucceeded, newID())
+		e.Time = at(time.Duration(sec) * time.Second)
+		events = append(events, e)
+	}
+	noErr(t, "AppendAuditEvents", s.AppendAuditEvents(ctx, events))
+	cutoff := at(6 * time.Second) // 5, 1, 3, 2 are older
+
+	_, err := s.DeleteAuditEventsBefore(ctx, cutoff, -1)
+	wantErr(t, "DeleteAuditEventsBefore with a negative limit", err, store.ErrInvalid)
+
+	n, err := s.DeleteAuditEventsBefore(ctx, cutoff, 2)
+	noErr(t, "DeleteAuditEventsBefore", err)
+	if n != 2 {
+		t.Fatalf("deleted %d, want 2", n)
+	}
+	// The two oldest (1 s and 2 s) went.
+	wantEvents(t, s, store.AuditFilter{}, events[0], events[2], events[3], events[4], events[6])
+	n, err = s.DeleteAuditEventsBefore(ctx, cutoff, 0)
+	noErr(t, "DeleteAuditEventsBefore", err)
+	if n != 2 {
+		t.Fatalf("deleted %d, want 2", n)
+	}
+	wantEvents(t, s, store.AuditFilter{}, events[2], events[4], events[6])
+	n, err = s.DeleteAuditEventsBefore(ctx, cutoff, 0)
+	noErr(t, "DeleteAuditEventsBefore", err)
+	if n != 0 {
+		t.Fatalf("deleted %d more", n)
+	}
+	// A deleted event's id is free again, as a stored one's is not.
+	again := events[1]
+	noErr(t, "AppendAuditEvents of a deleted id", s.AppendAuditEvents(ctx, []store.AuditEvent{again}))
+	wantEvents(t, s, store.AuditFilter{}, events[2], events[4], events[6], again)
 }

@@ -48,13 +48,25 @@ func callTests() []test {
 func testClaimFree(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	c := newCall("agent-1", "key-1", store.CallInProgress)
+	c.LeaseExpiresAt = at(time.Hour) // ignored: the store sets the lease
 	want := *c
 	ev := newEvent(audit.ToolCallAttempted, c.ID)
-	got, ok, err := s.ClaimCall(ctx, store.ClaimCallParams{Call: c, Events: []store.AuditEvent{ev}})
+	before := time.Now()
+	got, ok, err := s.ClaimCall(ctx, store.ClaimCallParams{Lease: 90 * time.Second, Call: c, Events: []store.AuditEvent{ev}})
 	noErr(t, "ClaimCall", err)
 	if !ok {
 		t.Fatal("ClaimCall of a free key did not claim it")
 	}
+	wantLease(t, "claimed call", got.LeaseExpiresAt, c.UpdatedAt, 90*time.Second, before, time.Now())
+	if stored := getCall(t, s, c.ID); !stored.LeaseExpiresAt.Equal(got.LeaseExpiresAt) {
+		t.Fatalf("stored lease %s, returned %s", stored.LeaseExpiresAt, got.LeaseExpiresAt)
+	}
+	// An IN_PROGRESS claim needs a lease.
+	nl := newCall("agent-1", "no-lease", store.CallInProgress)
+	_, _, err = s.ClaimCall(ctx, store.ClaimCallParams{Call: nl})
+	wantErr(t, "ClaimCall without a lease", err, store.ErrInvalid)
+	_, err = s.GetCall(ctx, nl.ID)
+	wantErr(t, "GetCall of a claim without a lease", err, store.ErrNotFound)
 	wantCall(t, "claimed call", got, &want)
 	wantCall(t, "stored call", getCall(t, s, want.ID), &want)
 	byKey, err := s.GetCallByKey(ctx, "agent-1", "key-1")
@@ -96,7 +108,7 @@ func testClaimConcurrent(t *testing.T, s store.Store) {
 		c := newCall("agent-1", "key-1", state)
 		c.TraceID = fmt.Sprintf("trace-%d", i)
 		calls[i] = c
-		params[i] = store.ClaimCallParams{Call: c, Events: []store.AuditEvent{newEvent(audit.ToolCallAttempted, c.ID)}}
+		params[i] = store.ClaimCallParams{Lease: longLease, Call: c, Events: []store.AuditEvent{newEvent(audit.ToolCallAttempted, c.ID)}}
 		if state == store.CallAwaitingApproval {
 			params[i].Approval = newApproval(c)
 		}
@@ -200,7 +212,7 @@ func testClaimHeld(t *testing.T, s store.Store) {
 			c.Fingerprint = fp
 			newID := c.ID
 			ev := newEvent(audit.ToolCallAttempted, c.ID)
-			got, ok, err := s.ClaimCall(ctx, store.ClaimCallParams{Call: c, Events: []store.AuditEvent{ev}})
+			got, ok, err := s.ClaimCall(ctx, store.ClaimCallParams{Lease: longLease, Call: c, Events: []store.AuditEvent{ev}})
 			noErr(t, tc.name+": ClaimCall of a held key", err)
 			if ok {
 				t.Fatalf("%s: a key held in state %s was claimed again (fingerprint %s)", tc.name, before.State, fp)
@@ -223,7 +235,7 @@ func testClaimParked(t *testing.T, s store.Store) {
 	wantA := *ca
 	a := newApproval(ca)
 	evA := newEvent(audit.GateRequired, ca.ID)
-	got, ok, err := s.ClaimCall(ctx, store.ClaimCallParams{Call: ca, Approval: a, Events: []store.AuditEvent{evA}})
+	got, ok, err := s.ClaimCall(ctx, store.ClaimCallParams{Lease: longLease, Call: ca, Approval: a, Events: []store.AuditEvent{evA}})
 	noErr(t, "ClaimCall awaiting approval", err)
 	if !ok {
 		t.Fatal("parked claim of a free key did not claim it")
@@ -238,7 +250,7 @@ func testClaimParked(t *testing.T, s store.Store) {
 	cp := newCall("agent-1", "key-p", store.CallAwaitingPreview)
 	wantP := *cp
 	evP := newEvent(audit.GatePreviewRequired, cp.ID)
-	got, ok, err = s.ClaimCall(ctx, store.ClaimCallParams{Call: cp, Preview: newPreview(cp), Events: []store.AuditEvent{evP}})
+	got, ok, err = s.ClaimCall(ctx, store.ClaimCallParams{Lease: longLease, Call: cp, Preview: newPreview(cp), Events: []store.AuditEvent{evP}})
 	noErr(t, "ClaimCall awaiting preview", err)
 	if !ok {
 		t.Fatal("parked claim of a free key did not claim it")
@@ -279,7 +291,7 @@ func testTakeoverReleased(t *testing.T, s store.Store) {
 		want.AttemptCount = attempt
 
 		ev1, ev2 := newEvent(audit.ToolCallAttempted, nextID), newEvent(audit.ToolCallDeduped, nextID)
-		p := store.ClaimCallParams{Call: next, Events: []store.AuditEvent{ev1, ev2}}
+		p := store.ClaimCallParams{Lease: longLease, Call: next, Events: []store.AuditEvent{ev1, ev2}}
 		got, ok, err := s.ClaimCall(ctx, p)
 		noErr(t, "ClaimCall of a released key", err)
 		if !ok {
@@ -330,7 +342,7 @@ func testTakeoverReleasedParked(t *testing.T, s store.Store) {
 	wantA := *a
 	wantA.CallID = first.ID
 	ev := newEvent(audit.GateRequired, parkedID)
-	p := store.ClaimCallParams{Call: parked, Approval: a, Events: []store.AuditEvent{ev}}
+	p := store.ClaimCallParams{Lease: longLease, Call: parked, Approval: a, Events: []store.AuditEvent{ev}}
 	got, ok, err := s.ClaimCall(ctx, p)
 	noErr(t, "ClaimCall awaiting approval of a released key", err)
 	if !ok {
@@ -353,7 +365,7 @@ func testTakeoverReleasedParked(t *testing.T, s store.Store) {
 	pv := newPreview(pc)
 	wantPV := *pv
 	wantPV.CallID = first.ID
-	p = store.ClaimCallParams{Call: pc, Preview: pv}
+	p = store.ClaimCallParams{Lease: longLease, Call: pc, Preview: pv}
 	got, ok, err = s.ClaimCall(ctx, p)
 	noErr(t, "ClaimCall awaiting preview of a released key", err)
 	if !ok || got.ID != first.ID || got.AttemptCount != 1 || got.PreviewToken != pc.PreviewToken {
@@ -368,7 +380,7 @@ func testTakeoverReleasedParked(t *testing.T, s store.Store) {
 		t.Fatalf("old approval: %s", show(a))
 	}
 
-	started, err := s.StartParkedCall(ctx, store.StartParkedCallParams{CallID: first.ID, PreviewToken: pv.Token, Now: at(3 * time.Minute), LeaseExpiresAt: at(4 * time.Minute), Risk: toolkit.RiskMedium, Decision: store.DecisionPreview})
+	started, err := s.StartParkedCall(ctx, store.StartParkedCallParams{CallID: first.ID, PreviewToken: pv.Token, Now: at(3 * time.Minute), Lease: longLease, Risk: toolkit.RiskMedium, Decision: store.DecisionPreview})
 	noErr(t, "StartParkedCall", err)
 	if started.AttemptCount != 2 {
 		t.Fatalf("AttemptCount after the second execution is %d, want 2", started.AttemptCount)
@@ -387,7 +399,7 @@ func testTakeoverOtherFingerprint(t *testing.T, s store.Store) {
 		c.Fingerprint = "fp-other-arguments"
 		newID := c.ID
 		ev := newEvent(audit.ToolCallAttempted, c.ID)
-		p := store.ClaimCallParams{Call: c, Events: []store.AuditEvent{ev}}
+		p := store.ClaimCallParams{Lease: longLease, Call: c, Events: []store.AuditEvent{ev}}
 		if state == store.CallAwaitingApproval {
 			p.Approval = newApproval(c)
 		}
@@ -412,7 +424,7 @@ func testTakeoverOtherFingerprint(t *testing.T, s store.Store) {
 func startParams(c *store.Call, d time.Duration) store.StartParkedCallParams {
 	return store.StartParkedCallParams{
 		CallID: c.ID, ApprovalID: c.ApprovalID, PreviewToken: c.PreviewToken,
-		Now: at(2 * time.Minute), LeaseExpiresAt: at(3*time.Minute + d),
+		Now: at(2 * time.Minute), Lease: longLease + d,
 		Risk: toolkit.RiskCritical, Decision: store.DecisionConfirm, ClaimToken: "claim-" + newID(),
 		Events: []store.AuditEvent{newEvent(audit.ToolCallAttempted, c.ID)},
 	}
@@ -460,10 +472,12 @@ func testStartParkedApproval(t *testing.T, s store.Store) {
 	claim(t, s, c)
 	approved := approve(t, s, c.ApprovalID)
 
+	before := time.Now()
 	p, got := startRace(t, s, c, 50)
+	wantLease(t, "started call", got.LeaseExpiresAt, p.Now, p.Lease, before, time.Now())
 	want := *c
 	want.State = store.CallInProgress
-	want.LeaseExpiresAt = p.LeaseExpiresAt
+	want.LeaseExpiresAt = got.LeaseExpiresAt
 	want.Risk, want.Decision = p.Risk, p.Decision
 	want.UpdatedAt = p.Now
 	want.AttemptCount = 1
@@ -581,10 +595,12 @@ func normPreviews(t *testing.T, ps []*store.Preview) []*store.Preview {
 func testStartParkedPreview(t *testing.T, s store.Store) {
 	c := newCall("agent-1", "key-1", store.CallAwaitingPreview)
 	claim(t, s, c)
+	before := time.Now()
 	p, got := startRace(t, s, c, 50)
+	wantLease(t, "started call", got.LeaseExpiresAt, p.Now, p.Lease, before, time.Now())
 	want := *c
 	want.State = store.CallInProgress
-	want.LeaseExpiresAt = p.LeaseExpiresAt
+	want.LeaseExpiresAt = got.LeaseExpiresAt
 	want.Risk, want.Decision = p.Risk, p.Decision
 	want.UpdatedAt = p.Now
 	want.AttemptCount = 1
@@ -661,28 +677,39 @@ func testStartParkedPreviewRefused(t *testing.T, s store.Store) {
 func testRenewLease(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	c := newCall("agent-1", "key-1", store.CallInProgress)
-	claim(t, s, c)
-	noErr(t, "RenewCallLease", s.RenewCallLease(ctx, c.ID, 1, at(5*time.Minute)))
+	before := time.Now()
+	claimed := claimLease(t, s, c, time.Hour)
+	wantLease(t, "claimed call", claimed.LeaseExpiresAt, c.UpdatedAt, time.Hour, before, time.Now())
+
+	before = time.Now()
+	noErr(t, "RenewCallLease", s.RenewCallLease(ctx, c.ID, 1, at(5*time.Minute), 2*time.Hour))
+	renewed := getCall(t, s, c.ID)
+	wantLease(t, "renewed call", renewed.LeaseExpiresAt, at(5*time.Minute), 2*time.Hour, before, time.Now())
 	want := *c
-	want.LeaseExpiresAt = at(5 * time.Minute)
-	wantCall(t, "renewed call", getCall(t, s, c.ID), &want)
+	wantCall(t, "renewed call", renewed, &want)
 
-	wantErr(t, "RenewCallLease of another attempt", s.RenewCallLease(ctx, c.ID, 2, at(9*time.Minute)), store.ErrConflict)
-	wantCall(t, "call after a refused renewal", getCall(t, s, c.ID), &want)
-	wantErr(t, "RenewCallLease of a missing call", s.RenewCallLease(ctx, newID(), 1, at(9*time.Minute)), store.ErrNotFound)
+	wantErr(t, "RenewCallLease of another attempt", s.RenewCallLease(ctx, c.ID, 2, at(9*time.Minute), time.Hour), store.ErrConflict)
+	if got := getCall(t, s, c.ID); !got.LeaseExpiresAt.Equal(renewed.LeaseExpiresAt) {
+		t.Fatalf("a refused renewal moved the lease from %s to %s", renewed.LeaseExpiresAt, got.LeaseExpiresAt)
+	}
+	wantErr(t, "RenewCallLease of a missing call", s.RenewCallLease(ctx, newID(), 1, at(9*time.Minute), time.Hour), store.ErrNotFound)
+	wantErr(t, "RenewCallLease without a lease", s.RenewCallLease(ctx, c.ID, 1, at(9*time.Minute), 0), store.ErrInvalid)
 
-	// Once reaped or finished, the lease is lost.
+	// Once reaped or finished, the lease is lost. A renewal to a short
+	// lease lets it run out.
+	noErr(t, "RenewCallLease", s.RenewCallLease(ctx, c.ID, 1, at(5*time.Minute), shortLease))
+	expireShortLeases()
 	if got := reap(t, s, at(6*time.Minute)); len(got) != 1 || got[0].ID != c.ID {
 		t.Fatalf("reaped %s", show(got))
 	}
-	wantErr(t, "RenewCallLease of a reaped call", s.RenewCallLease(ctx, c.ID, 1, at(9*time.Minute)), store.ErrConflict)
+	wantErr(t, "RenewCallLease of a reaped call", s.RenewCallLease(ctx, c.ID, 1, at(9*time.Minute), time.Hour), store.ErrConflict)
 	d := newCall("agent-1", "key-2", store.CallInProgress)
 	claim(t, s, d)
 	finish(t, s, d.ID, 1, store.CallSucceeded, at(time.Hour))
-	wantErr(t, "RenewCallLease of a finished call", s.RenewCallLease(ctx, d.ID, 1, at(9*time.Minute)), store.ErrConflict)
+	wantErr(t, "RenewCallLease of a finished call", s.RenewCallLease(ctx, d.ID, 1, at(9*time.Minute), time.Hour), store.ErrConflict)
 	p := newCall("agent-1", "key-3", store.CallAwaitingApproval)
 	claim(t, s, p)
-	wantErr(t, "RenewCallLease of a parked call", s.RenewCallLease(ctx, p.ID, 0, at(9*time.Minute)), store.ErrConflict)
+	wantErr(t, "RenewCallLease of a parked call", s.RenewCallLease(ctx, p.ID, 0, at(9*time.Minute), time.Hour), store.ErrConflict)
 }
 
 func testFinishCall(t *testing.T, s store.Store) {
@@ -792,8 +819,9 @@ func testFinishReaped(t *testing.T, s store.Store) {
 	b := newCall("agent-1", "key-b", store.CallInProgress)
 	d := newCall("agent-1", "key-d", store.CallInProgress)
 	for _, c := range []*store.Call{a, b, d} {
-		claim(t, s, c)
+		claimLease(t, s, c, shortLease)
 	}
+	expireShortLeases()
 	if got := reap(t, s, at(2*time.Minute)); len(got) != 3 {
 		t.Fatalf("reaped %d calls, want 3", len(got))
 	}
@@ -957,20 +985,19 @@ func testResolveCall(t *testing.T, s store.Store) {
 func testReap(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	lease := func(c *store.Call, d time.Duration) *store.Call {
-		c.LeaseExpiresAt = at(d)
-		claim(t, s, c)
+		claimLease(t, s, c, d)
 		return c
 	}
-	expired1 := lease(newCall("agent-1", "e1", store.CallInProgress), time.Minute)
-	expired2 := lease(newCall("agent-1", "e2", store.CallInProgress), 30*time.Second)
-	atNow := lease(newCall("agent-1", "now", store.CallInProgress), 2*time.Minute)
-	future := lease(newCall("agent-1", "future", store.CallInProgress), 10*time.Minute)
+	expired1 := lease(newCall("agent-1", "e1", store.CallInProgress), shortLease)
+	expired2 := lease(newCall("agent-1", "e2", store.CallInProgress), shortLease)
+	future := lease(newCall("agent-1", "future", store.CallInProgress), longLease)
 	parked := newCall("agent-1", "parked", store.CallAwaitingApproval)
 	claim(t, s, parked)
-	done := lease(newCall("agent-1", "done", store.CallInProgress), 30*time.Second)
+	done := lease(newCall("agent-1", "done", store.CallInProgress), shortLease)
 	finish(t, s, done.ID, 1, store.CallSucceeded, at(time.Hour))
+	expireShortLeases()
 	untouched := map[string]*store.Call{}
-	for _, c := range []*store.Call{atNow, future, parked, done} {
+	for _, c := range []*store.Call{future, parked, done} {
 		untouched[c.ID] = getCall(t, s, c.ID)
 	}
 
@@ -1019,28 +1046,29 @@ func testReap(t *testing.T, s store.Store) {
 		t.Fatalf("%d unknown events after two reaps, want 2", len(all))
 	}
 
-	// Limit bounds one pass.
-	for i := range 3 {
-		lease(newCall("agent-2", "l"+itoa(i), store.CallInProgress), time.Duration(i)*time.Second)
+	// Limit bounds one pass; the earliest leases go first.
+	var due []string
+	for i := range 5 {
+		due = append(due, lease(newCall("agent-2", "l"+itoa(i), store.CallInProgress), shortLease).ID)
 	}
+	expireShortLeases()
 	params.Now, params.Limit = at(time.Hour), 2
-	got, err = s.ReapExpiredLeases(ctx, params)
-	noErr(t, "ReapExpiredLeases", err)
-	// atNow and future expired by now as well: 5 due, 2 per pass.
-	total := len(got)
-	if total != 2 {
-		t.Fatalf("reap with limit 2 took %d", total)
-	}
+	var passes [][]string
 	for range 5 {
 		got, err = s.ReapExpiredLeases(ctx, params)
 		noErr(t, "ReapExpiredLeases", err)
 		if len(got) > 2 {
 			t.Fatalf("reap with limit 2 took %d", len(got))
 		}
-		total += len(got)
+		var ids []string
+		for _, c := range got {
+			ids = append(ids, c.ID)
+		}
+		passes = append(passes, ids)
 	}
-	if total != 5 {
-		t.Fatalf("reaped %d calls in passes of 2, want 5", total)
+	same(t, "calls reaped in passes of 2, earliest lease first", passes, [][]string{due[:2], due[2:4], due[4:], nil, nil})
+	if c := getCall(t, s, future.ID); c.State != store.CallInProgress {
+		t.Fatalf("a call with a lease to come was reaped: %s", show(c))
 	}
 }
 
@@ -1069,9 +1097,10 @@ func testReapConcurrent(t *testing.T, s store.Store) {
 	var ids []string
 	for i := range calls {
 		c := newCall("agent-1", "k"+itoa(i), store.CallInProgress)
-		claim(t, s, c)
+		claimLease(t, s, c, shortLease)
 		ids = append(ids, c.ID)
 	}
+	expireShortLeases()
 	var (
 		mu     sync.Mutex
 		reaped []string
@@ -1137,14 +1166,14 @@ func testExpireApprovals(t *testing.T, s store.Store) {
 		c := newCall("agent-1", key, store.CallAwaitingApproval)
 		a := newApproval(c)
 		a.ExpiresAt = at(expires)
-		claimWith(t, s, store.ClaimCallParams{Call: c, Approval: a})
+		claimWith(t, s, store.ClaimCallParams{Lease: longLease, Call: c, Approval: a})
 		return c, a
 	}
 	parkPreview := func(key string, expires time.Duration) (*store.Call, *store.Preview) {
 		c := newCall("agent-1", key, store.CallAwaitingPreview)
 		p := newPreview(c)
 		p.ExpiresAt = at(expires)
-		claimWith(t, s, store.ClaimCallParams{Call: c, Preview: p})
+		claimWith(t, s, store.ClaimCallParams{Lease: longLease, Call: c, Preview: p})
 		return c, p
 	}
 	// Parked in the reverse of their expiry order, so that the result's
@@ -1196,10 +1225,10 @@ func testExpireApprovals(t *testing.T, s store.Store) {
 		PreviewEventsFor: func(p *store.Preview) []store.AuditEvent {
 			mu.Lock()
 			defer mu.Unlock()
-			ev := audit.New(audit.PreviewExpired, store.AuditEvent{
+			ev := audit.NewDetail(audit.PreviewExpired, store.AuditEvent{
 				Time: at(2 * time.Hour), CallID: p.CallID, Principal: p.PrincipalID, Tool: p.Tool, Action: p.Action,
-				Decision: store.DecisionPreview, Detail: map[string]any{"expire_time": p.ExpiresAt.Format(time.RFC3339Nano)},
-			})
+				Decision: store.DecisionPreview,
+			}, map[string]any{"expire_time": p.ExpiresAt.Format(time.RFC3339Nano)})
 			events[p.Token] = ev
 			cp := *p
 			previewsSeen[p.Token] = &cp
@@ -1473,7 +1502,7 @@ func testCallCopies(t *testing.T, s store.Store) {
 	want := *c
 	a := newApproval(c)
 	wantA := newApproval(c)
-	claimWith(t, s, store.ClaimCallParams{Call: c, Approval: a})
+	claimWith(t, s, store.ClaimCallParams{Lease: longLease, Call: c, Approval: a})
 	c.State = store.CallSucceeded
 	a.Arguments[0] = ' '
 	a.State = store.ApprovalApproved
@@ -1557,7 +1586,7 @@ func testReleaseClaim(t *testing.T, s store.Store) {
 	// The key is claimed again under a new token: the old token must not
 	// give that reservation back (it is someone else's running call).
 	next := newCall("agent-1", "key-1", store.CallInProgress)
-	claim(t, s, next)
+	claimLease(t, s, next, shortLease)
 	_, err = s.ReleaseClaim(ctx, releaseClaimParams(c, first))
 	wantErr(t, "ReleaseClaim with a stale token", err, store.ErrNotFound)
 	if cur := getCall(t, s, c.ID); cur.State != store.CallInProgress || cur.AttemptCount != 2 || cur.ClaimToken != next.ClaimToken {
@@ -1566,6 +1595,7 @@ func testReleaseClaim(t *testing.T, s store.Store) {
 
 	// A reaped reservation whose tool never started is given back too; one
 	// an operator resolved by hand is not.
+	expireShortLeases()
 	if got := reap(t, s, at(2*time.Hour)); len(got) != 1 {
 		t.Fatalf("reaped %d calls, want 1", len(got))
 	}
@@ -1576,7 +1606,8 @@ func testReleaseClaim(t *testing.T, s store.Store) {
 	}
 	// ... unless its UNKNOWN was answered to someone: that answer stands.
 	told := newCall("agent-1", "key-4", store.CallInProgress)
-	claim(t, s, told)
+	claimLease(t, s, told, shortLease)
+	expireShortLeases()
 	reap(t, s, at(2*time.Hour))
 	noErr(t, "AppendAuditEvents", s.AppendAuditEvents(ctx, []store.AuditEvent{newEvent(audit.ToolCallDeduped, told.ID)}))
 	_, err = s.ReleaseClaim(ctx, releaseClaimParams(told, told.ClaimToken))
@@ -1586,7 +1617,8 @@ func testReleaseClaim(t *testing.T, s store.Store) {
 	}
 
 	other := newCall("agent-1", "key-3", store.CallInProgress)
-	claim(t, s, other)
+	claimLease(t, s, other, shortLease)
+	expireShortLeases()
 	reap(t, s, at(2*time.Hour))
 	_, err = s.ResolveCall(ctx, store.ResolveCallParams{CallID: other.ID, State: store.CallFailed,
 		Result: result("checked"), ResolvedBy: "op-1", Now: at(3 * time.Hour), ExpiresAt: at(4 * time.Hour)})

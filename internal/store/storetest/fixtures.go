@@ -57,13 +57,17 @@ func newTool(name string) *store.Tool {
 			{SequentialDependency: &store.SequentialDependency{Action: "write", Requires: []string{"read", "ci.build"}}},
 		},
 		AuditPayloads: true,
+		Incarnation:   incarnationOf(name),
 		Source:        store.SourceAPI,
 	}
 }
 
+// incarnationOf is the incarnation of newTool(name).
+func incarnationOf(name string) string { return "inc-" + name }
+
 // newEvent returns an audit event of the given type about a call.
 func newEvent(typ, callID string) store.AuditEvent {
-	return audit.New(typ, store.AuditEvent{
+	return audit.NewDetail(typ, store.AuditEvent{
 		Time:      at(time.Second),
 		CallID:    callID,
 		TraceID:   "trace-1",
@@ -75,11 +79,10 @@ func newEvent(typ, callID string) store.AuditEvent {
 		Risk:      toolkit.RiskHigh,
 		Decision:  store.DecisionConfirm,
 		Outcome:   store.OutcomeSucceeded,
-		Detail: map[string]any{
-			"reason": "because",
-			"count":  float64(3),
-			"nested": map[string]any{"ok": true, "list": []any{"a", float64(1)}},
-		},
+	}, map[string]any{
+		"reason": "because",
+		"count":  3,
+		"nested": map[string]any{"ok": true, "list": []any{"a", 1}},
 	})
 }
 
@@ -106,6 +109,9 @@ func newCall(principal, key string, state store.CallState) *store.Call {
 	switch state {
 	case store.CallInProgress:
 		c.AttemptCount = 1
+		// The store sets the lease (ClaimCallParams.Lease); records are
+		// compared for having one (normCall), and lease tests check its
+		// value.
 		c.LeaseExpiresAt = at(time.Minute)
 		c.ClaimToken = "claim-" + newID()
 	case store.CallAwaitingApproval:
@@ -138,6 +144,8 @@ func newApproval(c *store.Call) *store.Approval {
 		State:          store.ApprovalPending,
 		CreatedAt:      at(0),
 		ExpiresAt:      at(time.Hour),
+
+		ToolIncarnation: incarnationOf(c.Tool),
 	}
 }
 
@@ -157,6 +165,8 @@ func newPreview(c *store.Call) *store.Preview {
 		State:          store.PreviewPending,
 		CreatedAt:      at(0),
 		ExpiresAt:      at(10 * time.Minute),
+
+		ToolIncarnation: incarnationOf(c.Tool),
 	}
 }
 
@@ -179,11 +189,34 @@ func createTool(t *testing.T, s store.Store, tool *store.Tool) *store.Tool {
 	return got
 }
 
+// Leases are judged by the store's clock: the caller's (the suite's times,
+// from base) in memory, the database's (real time) on Postgres. A test that
+// needs a lease to run out or to hold must pick one that does by either
+// clock.
+const (
+	// longLease outlives every test, by either clock.
+	longLease = 24 * time.Hour
+	// shortLease has run out by either clock once expireShortLeases has
+	// waited, as long as the reaper's Now is a minute or more past the
+	// claim's UpdatedAt.
+	shortLease = time.Millisecond
+)
+
+// expireShortLeases waits until every shortLease given so far has run out
+// by the real clock.
+func expireShortLeases() { time.Sleep(5 * shortLease) }
+
 // claim claims c, which must be free, with its approval or preview if
-// parked, and returns the stored call.
+// parked (and a longLease if IN_PROGRESS), and returns the stored call.
 func claim(t *testing.T, s store.Store, c *store.Call, events ...store.AuditEvent) *store.Call {
 	t.Helper()
-	p := store.ClaimCallParams{Call: c, Events: events}
+	return claimLease(t, s, c, longLease, events...)
+}
+
+// claimLease is claim with a lease of the given length.
+func claimLease(t *testing.T, s store.Store, c *store.Call, lease time.Duration, events ...store.AuditEvent) *store.Call {
+	t.Helper()
+	p := store.ClaimCallParams{Call: c, Lease: lease, Events: events}
 	switch c.State {
 	case store.CallAwaitingApproval:
 		p.Approval = newApproval(c)
@@ -294,6 +327,21 @@ func claimWith(t *testing.T, s store.Store, p store.ClaimCallParams) *store.Call
 		t.Fatalf("ClaimCall(%s): claimed %v, err %v", p.Call.IdempotencyKey, ok, err)
 	}
 	return got
+}
+
+// wantLease checks that a lease runs for lease from the store's clock: from
+// the caller's time from (memory), or from the real time between before
+// and after (the database's clock on Postgres, which runs on this machine).
+func wantLease(t *testing.T, what string, got, from time.Time, lease time.Duration, before, after time.Time) {
+	t.Helper()
+	if got.Equal(from.Add(lease).Truncate(time.Microsecond)) {
+		return
+	}
+	lo, hi := before.Add(lease).Add(-time.Millisecond), after.Add(lease).Add(time.Millisecond)
+	if got.Before(lo) || got.After(hi) {
+		t.Fatalf("%s: lease expires at %s, want %s plus %s from the caller's time (%s) or the real time (%s to %s)",
+			what, got, from, lease, from.Add(lease), lo, hi)
+	}
 }
 
 // reap reaps every lease expired at now and returns the reaped calls.

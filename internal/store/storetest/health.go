@@ -21,9 +21,8 @@ func healthTests() []test {
 }
 
 func healthEvent(tool string, d time.Duration) store.AuditEvent {
-	return audit.New(audit.HealthChanged, store.AuditEvent{
-		Time: at(d), Tool: tool, Detail: map[string]any{"from": "HEALTHY", "to": "DEGRADED"},
-	})
+	return audit.NewDetail(audit.HealthChanged, store.AuditEvent{Time: at(d), Tool: tool},
+		map[string]any{"from": "HEALTHY", "to": "DEGRADED"})
 }
 
 // degraded is a health record with every field set.

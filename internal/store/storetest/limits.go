@@ -70,10 +70,11 @@ func testNegativeLimits(t *testing.T, s store.Store) {
 func testZeroLimits(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	for i := range 3 {
-		claim(t, s, newCall("agent-1", "run-"+itoa(i), store.CallInProgress))
+		claimLease(t, s, newCall("agent-1", "run-"+itoa(i), store.CallInProgress), shortLease)
 		claim(t, s, newCall("agent-1", "park-"+itoa(i), store.CallAwaitingApproval))
 		claim(t, s, newCall("agent-1", "preview-"+itoa(i), store.CallAwaitingPreview))
 	}
+	expireShortLeases()
 	reaped, err := s.ReapExpiredLeases(ctx, store.ReapParams{Now: at(time.Hour), ExpiresAt: at(2 * time.Hour)})
 	noErr(t, "ReapExpiredLeases", err)
 	if len(reaped) != 3 {

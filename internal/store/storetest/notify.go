@@ -46,6 +46,29 @@ func waitFor(t *testing.T, ch <-chan store.Notification, want store.Notification
 	}
 }
 
+// waitForAll reads ch until every one of wants has arrived, in any order,
+// tolerating other notifications.
+func waitForAll(t *testing.T, ch <-chan store.Notification, wants ...store.Notification) {
+	t.Helper()
+	missing := map[store.Notification]bool{}
+	for _, w := range wants {
+		missing[w] = true
+	}
+	timeout := time.NewTimer(waitTimeout)
+	defer timeout.Stop()
+	for len(missing) > 0 {
+		select {
+		case n, ok := <-ch:
+			if !ok {
+				t.Fatalf("subscription closed while waiting for %+v", missing)
+			}
+			delete(missing, n)
+		case <-timeout.C:
+			t.Fatalf("no notifications %+v within %v", missing, waitTimeout)
+		}
+	}
+}
+
 // waitClosed reads ch until it is closed.
 func waitClosed(t *testing.T, ch <-chan store.Notification) {
 	t.Helper()

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -52,6 +53,34 @@ func refusals(existing store.AuditEvent) []refusal {
 			twin.ID = good.ID
 			return []store.AuditEvent{good, twin}
 		}, store.ErrConflict},
+		// Text neither store can hold. audit.New never builds such an
+		// event; a store that met one anyway must refuse it the same way
+		// on every backend rather than keep it in one and fail in another.
+		{"NULInText", func(good store.AuditEvent) []store.AuditEvent {
+			bad := newEvent(audit.ToolCallFailed, good.CallID)
+			bad.Tool = "files\x00"
+			return []store.AuditEvent{good, bad}
+		}, store.ErrInvalid},
+		{"InvalidUTF8InText", func(good store.AuditEvent) []store.AuditEvent {
+			bad := newEvent(audit.ToolCallFailed, good.CallID)
+			bad.TraceID = "trace-\xe6\x97"
+			return []store.AuditEvent{good, bad}
+		}, store.ErrInvalid},
+		{"DetailNotObject", func(good store.AuditEvent) []store.AuditEvent {
+			bad := newEvent(audit.ToolCallFailed, good.CallID)
+			bad.Detail = json.RawMessage(`["not", "an", "object"]`)
+			return []store.AuditEvent{good, bad}
+		}, store.ErrInvalid},
+		{"DetailNotJSON", func(good store.AuditEvent) []store.AuditEvent {
+			bad := newEvent(audit.ToolCallFailed, good.CallID)
+			bad.Detail = json.RawMessage(`{"a":`)
+			return []store.AuditEvent{good, bad}
+		}, store.ErrInvalid},
+		{"DetailInvalidUTF8", func(good store.AuditEvent) []store.AuditEvent {
+			bad := newEvent(audit.ToolCallFailed, good.CallID)
+			bad.Detail = json.RawMessage("{\"a\":\"\xff\"}")
+			return []store.AuditEvent{good, bad}
+		}, store.ErrInvalid},
 	}
 }
 
@@ -90,7 +119,7 @@ func testClaimRefusedEvent(t *testing.T, s store.Store) {
 			name := su.name + "/" + r.name
 			c := newCall("agent-1", su.key, su.state)
 			c.Fingerprint = "fp-" + su.key
-			p := store.ClaimCallParams{Call: c}
+			p := store.ClaimCallParams{Lease: longLease, Call: c}
 			switch su.state {
 			case store.CallAwaitingApproval:
 				p.Approval = newApproval(c)
@@ -132,7 +161,7 @@ func testClaimRefusedEvent(t *testing.T, s store.Store) {
 		c := newCall("agent-1", su.key, su.state)
 		c.Fingerprint = "fp-" + su.key
 		ev1, ev2 := newEvent(audit.ToolCallAttempted, c.ID), newEvent(audit.ToolCallDeduped, c.ID)
-		p := store.ClaimCallParams{Call: c, Events: []store.AuditEvent{ev1, ev2}}
+		p := store.ClaimCallParams{Lease: longLease, Call: c, Events: []store.AuditEvent{ev1, ev2}}
 		switch su.state {
 		case store.CallAwaitingApproval:
 			p.Approval = newApproval(c)
@@ -214,7 +243,7 @@ func testStartParkedRefusedEvent(t *testing.T, s store.Store) {
 		params := func(events []store.AuditEvent) store.StartParkedCallParams {
 			return store.StartParkedCallParams{
 				CallID: c.ID, ApprovalID: c.ApprovalID, PreviewToken: c.PreviewToken,
-				Now: at(2 * time.Minute), LeaseExpiresAt: at(3 * time.Minute),
+				Now: at(2 * time.Minute), Lease: longLease,
 				Risk: c.Risk, Decision: c.Decision, Events: events,
 			}
 		}
@@ -255,7 +284,7 @@ func testAppendRefusedEvent(t *testing.T, s store.Store) {
 	batch := make([]store.AuditEvent, 20)
 	for i := range batch {
 		batch[i] = newEvent(audit.ToolCallSucceeded, newID())
-		batch[i].Detail["i"] = float64(i)
+		batch[i].Detail = json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))
 	}
 	noErr(t, "AppendAuditEvents", s.AppendAuditEvents(ctx, batch))
 	wantEvents(t, s, store.AuditFilter{}, append([]store.AuditEvent{existing}, batch...)...)

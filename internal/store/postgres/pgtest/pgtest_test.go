@@ -56,8 +56,8 @@ func TestNewDatabase(t *testing.T) {
 				t.Fatalf("clone %d has %d tools (%v), want an empty store", i, n, err)
 			}
 			// Write something: the next clone must not see it.
-			if _, err := pool.Exec(t.Context(), `INSERT INTO tools (name, version, source, definition, created_at, updated_at)
-				VALUES ('leak', 1, 'api', '{}', now(), now())`); err != nil {
+			if _, err := pool.Exec(t.Context(), `INSERT INTO tools (name, version, source, definition, created_at, updated_at, incarnation)
+				VALUES ('leak', 1, 'api', '{}', now(), now(), 'inc-leak')`); err != nil {
 				t.Fatalf("insert: %v", err)
 			}
 		})

@@ -1,0 +1,167 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"unicode/utf8"
+
+	"github.com/toolsvc/toolsvc/internal/connector"
+	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/safetext"
+	"github.com/toolsvc/toolsvc/internal/store"
+)
+
+// Bounds on what an MCP server's tool list may bring into a definition.
+const (
+	maxServerTools       = 1000
+	maxServerToolName    = 256
+	maxServerDescription = 4096
+	maxServerSchema      = 64 << 10
+)
+
+// ReasonDiscovery is the audit detail "reason" of a change that a
+// discovery of an MCP server's tools made.
+const ReasonDiscovery = "discovery"
+
+// isMCPConnector reports whether t is declared as an MCP connector.
+func isMCPConnector(t *store.Tool) bool {
+	return t != nil && t.Connector != nil && connector.Normalize(t.Connector).Type == connector.TypeMCP
+}
+
+// discoverInto fills an MCP connector definition's discovered tools by
+// asking its server. Whatever the definition carried there is replaced:
+// only the server says what it offers. When the server cannot be reached,
+// the tools cur (the stored tool) discovered from the same server are kept;
+// failing that, strict refuses (CONNECTOR_UNAVAILABLE) and otherwise the
+// tool goes without actions until a discovery succeeds.
+func (r *Registry) discoverInto(ctx context.Context, t, cur *store.Tool, strict bool) error {
+	t.Connector = connector.Normalize(t.Connector)
+	t.Connector.Discovered = nil
+	// The connector sees the definition as it will be stored (timeouts
+	// defaulted), the one its calls will be bound to.
+	found, err := r.connectors.Discover(ctx, normalize(t))
+	if err == nil {
+		t.Connector.Discovered = checkDiscovered(found)
+		return nil
+	}
+	if cur != nil && cur.Connector != nil && connector.SameServer(connector.Normalize(cur.Connector), t.Connector) {
+		t.Connector.Discovered = connector.Normalize(cur.Connector).Clone().Discovered
+		r.log.WarnContext(ctx, "MCP discovery failed; keeping the tools discovered before", "tool", t.Name, "error", err.Error())
+		return nil
+	}
+	if strict {
+		return fault.ConnectorUnavailable(t.Name, err.Error())
+	}
+	r.log.WarnContext(ctx, "MCP discovery failed; the tool has no actions until its server answers", "tool", t.Name, "error", err.Error())
+	return nil
+}
+
+// checkDiscovered bounds what a server listed and marks the tools that
+// cannot be offered with the reason (an action name that is invalid or
+// taken, a schema that is too large, not an object or does not compile).
+// The result is in action order.
+func checkDiscovered(found []connector.ServerTool) []connector.ServerTool {
+	out := make([]connector.ServerTool, 0, len(found))
+	for _, d := range found {
+		d.Name = safetext.Bound(d.Name, maxServerToolName)
+		d.Description = safetext.Bound(d.Description, maxServerDescription)
+		d.InputSchema = compact(d.InputSchema)
+		d.Problem = safetext.Bound(d.Problem, 300) // the client's reason for leaving it out
+		out = append(out, d)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Action < out[j].Action })
+	taken := map[string]string{}
+	for i := range out {
+		d := &out[i]
+		switch {
+		case d.Problem != "":
+		case i >= maxServerTools:
+			d.Problem = fmt.Sprintf("the server lists more than %d tools", maxServerTools)
+		case !namePattern.MatchString(d.Action):
+			d.Problem = "its action name is not valid"
+		case !utf8.ValidString(d.Name) || d.Name == "":
+			d.Problem = "its server name is empty or not valid UTF-8"
+		case taken[d.Action] != "":
+			d.Problem = fmt.Sprintf("its action name is also that of server tool %s", safetext.Quote(taken[d.Action]))
+		case len(d.InputSchema) > maxServerSchema:
+			d.Problem = fmt.Sprintf("its input schema is larger than %d bytes", maxServerSchema)
+		default:
+			var v fault.Violations
+			a := &store.Action{Name: d.Action, InputSchema: d.InputSchema}
+			if checkAction(&v, "input_schema", a) == nil && len(v) > 0 {
+				d.Problem = safetext.Bound(v[0].Description, 300)
+			}
+		}
+		if d.Problem == "" {
+			taken[d.Action] = d.Name
+		} else {
+			d.InputSchema = nil
+		}
+	}
+	return out
+}
+
+// Rediscover asks an MCP connector's server what it offers now and stores
+// the result through the ordinary registration path (a changed schema,
+// annotation or description bumps the version, with a tool.updated event
+// whose detail says reason "discovery"); an unchanged list changes nothing.
+// It returns the tool and whether it changed. An HTTP connector has nothing
+// to discover and is returned unchanged. Errors: NOT_FOUND TOOL_NOT_FOUND,
+// FAILED_PRECONDITION NOT_A_CONNECTOR, UNAVAILABLE CONNECTOR_UNAVAILABLE,
+// INVALID_ARGUMENT when the definition no longer validates with what the
+// server offers (a policy names an action the server dropped).
+func (r *Registry) Rediscover(ctx context.Context, name, actor string) (*store.Tool, bool, error) {
+	for attempt := 0; attempt < registerAttempts; attempt++ {
+		cur, err := r.store.GetTool(ctx, name)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, false, fault.ToolNotFound(name)
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("registry: read tool %q: %w", name, err)
+		}
+		if cur.Connector == nil {
+			return nil, false, fault.NotAConnector(name)
+		}
+		if !isMCPConnector(cur) || r.connectors == nil {
+			return cur, false, nil
+		}
+		found, err := r.connectors.Discover(ctx, cur)
+		if err != nil {
+			return nil, false, fault.ConnectorUnavailable(name, err.Error())
+		}
+		def := cloneTool(cur)
+		def.Connector = connector.Normalize(def.Connector)
+		def.Connector.Discovered = checkDiscovered(found)
+		prep, v := r.check.prepare(def)
+		if len(v) > 0 {
+			return nil, false, v.Err("the definition does not validate with what the server offers now")
+		}
+		prep.tool.Source = cur.Source
+		t, _, err := r.register(ctx, prep, RegisterParams{
+			Source: cur.Source, Actor: actor, ExpectedVersion: cur.Version, Reason: ReasonDiscovery,
+		})
+		if f, ok := fault.As(err); ok && f.Reason == fault.ReasonVersionConflict {
+			continue // changed meanwhile: discover against the new definition
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		return cloneTool(t), t.Version != cur.Version, nil
+	}
+	return nil, false, fault.ConcurrentWriters(name)
+}
+
+// MCPConnectors lists the names of the cached tools declared as MCP
+// connectors, sorted.
+func (r *Registry) MCPConnectors() []string {
+	var out []string
+	for name, e := range *r.cache.Load() {
+		if isMCPConnector(e.Tool) {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,162 @@
+package secrets
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// canary has characters that every encoding changes.
+const canary = "c4n4ry/s3cr+t?&=x y<z>"
+
+// Encodings returns the forms a leak test looks for (the same list the
+// tests of the connectors use).
+func encodings(v string) []string {
+	return []string{
+		v,
+		base64.StdEncoding.EncodeToString([]byte(v)),
+		base64.RawStdEncoding.EncodeToString([]byte(v)),
+		base64.URLEncoding.EncodeToString([]byte(v)),
+		base64.RawURLEncoding.EncodeToString([]byte(v)),
+		url.QueryEscape(v),
+		url.PathEscape(v),
+	}
+}
+
+func TestScrubberForms(t *testing.T) {
+	sc := NewScrubber()
+	sc.Add(New(canary))
+	basic := base64.StdEncoding.EncodeToString([]byte("user:" + canary))
+	q := strconv.Quote(canary)
+	j, _ := json.Marshal(canary)
+	texts := []string{
+		"plain " + canary + " end",
+		"query ?token=" + url.QueryEscape(canary) + "&x=1",
+		"path /a/" + url.PathEscape(canary) + "/b",
+		"lower " + strings.ToLower(url.QueryEscape(canary)),
+		"go " + q,
+		"json " + string(j),
+		"hex " + hex.EncodeToString([]byte(canary)),
+		"b64 " + base64.StdEncoding.EncodeToString([]byte(canary)),
+		"b64url " + base64.RawURLEncoding.EncodeToString([]byte(canary)),
+		"basic Authorization: Basic " + basic,
+		"shifted " + base64.StdEncoding.EncodeToString([]byte("xx"+canary+"yy")),
+	}
+	for _, text := range texts {
+		got := sc.Scrub(text)
+		if !strings.Contains(got, Redacted) {
+			t.Errorf("nothing redacted in %q", text)
+		}
+		for _, enc := range append(encodings(canary), hex.EncodeToString([]byte(canary)), q, string(j)) {
+			if strings.Contains(got, enc) {
+				t.Errorf("Scrub(%q) = %q still holds %q", text, got, enc)
+			}
+		}
+		if strings.Contains(text, "basic") && strings.Contains(got, basic) {
+			t.Errorf("the Basic credential survives: %q", got)
+		}
+	}
+	if got := sc.Scrub("nothing to see"); got != "nothing to see" {
+		t.Fatalf("clean text changed: %q", got)
+	}
+}
+
+// TestScrubURLError: the text of a failed request quotes the URL, token and
+// all.
+func TestScrubURLError(t *testing.T) {
+	sc := NewScrubber()
+	sc.Add(New(canary))
+	u := "http://127.0.0.1:1/v1?api_key=" + url.QueryEscape(canary)
+	_, err := http.Get(u)
+	if err == nil {
+		t.Fatal("expected a connection error")
+	}
+	if !strings.Contains(err.Error(), url.QueryEscape(canary)) {
+		t.Fatalf("the test's premise: %v", err)
+	}
+	scrubbed := sc.Error(err)
+	for _, enc := range encodings(canary) {
+		if strings.Contains(scrubbed.Error(), enc) {
+			t.Fatalf("scrubbed error %q holds %q", scrubbed, enc)
+		}
+	}
+	var ue *url.Error
+	if errors.As(scrubbed, &ue) {
+		t.Fatal("the original error is reachable")
+	}
+}
+
+func TestScrubErrorKeepsSentinels(t *testing.T) {
+	sc := NewScrubber()
+	sc.Add(New(canary))
+	err := sc.Error(fmt.Errorf("calling with %s: %w", canary, context.DeadlineExceeded))
+	if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), canary) {
+		t.Fatalf("scrubbed: %v", err)
+	}
+	if sc.Error(nil) != nil {
+		t.Fatal("nil is not nil")
+	}
+}
+
+func TestScrubValue(t *testing.T) {
+	sc := NewScrubber()
+	sc.Add(New(canary))
+	in := map[string]any{"echo": "Bearer " + canary, canary: 1.0, "list": []any{canary, true, nil}}
+	out := sc.ScrubValue(in)
+	b, _ := json.Marshal(out)
+	if strings.Contains(string(b), "c4n4ry") || !strings.Contains(string(b), Redacted) {
+		t.Fatalf("ScrubValue = %s", b)
+	}
+}
+
+func TestScrubberSetKeepsTwo(t *testing.T) {
+	sc := NewScrubber()
+	for i := range 5 {
+		sc.Set("c/k", New(fmt.Sprintf("value-%d-xyz", i)))
+	}
+	got := sc.Scrub("value-0-xyz value-3-xyz value-4-xyz")
+	if got != "value-0-xyz "+Redacted+" "+Redacted {
+		t.Fatalf("Scrub = %q", got)
+	}
+	sc.Set("c/k", New("ab")) // too short to look for, but remembered
+	if sc.Scrub("ab") != "ab" {
+		t.Fatal("a two-character value is scrubbed")
+	}
+}
+
+func TestRecording(t *testing.T) {
+	sc := NewScrubber()
+	st := Recording(NewEnv(func(k string) (string, bool) { return canary, true }), sc)
+	if _, err := st.Get(context.Background(), "c", "k"); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(sc.Scrub("x "+canary), canary) {
+		t.Fatal("a fetched value is not scrubbed")
+	}
+}
+
+func FuzzScrub(f *testing.F) {
+	f.Add("s3cr3t-value", "prefix ", " suffix")
+	f.Add("a+b/c=d", "Basic ", "")
+	f.Fuzz(func(t *testing.T, secret, before, after string) {
+		if len(secret) < 8 {
+			return
+		}
+		sc := NewScrubber()
+		sc.Add(New(secret))
+		for _, enc := range encodings(secret) {
+			got := sc.Scrub(before + enc + after)
+			if strings.Contains(got, secret) && !strings.Contains(before+after, secret) {
+				t.Fatalf("Scrub(%q) = %q holds the secret", before+enc+after, got)
+			}
+		}
+	})
+}

@@ -1,0 +1,448 @@
+// Package connectors serves the tools declared as connectors
+// (tools.Connectors): an HTTP API through the HTTP connector (httpconn), an
+// MCP server through one long-lived MCP session per connector, shared by
+// its calls. It is the glue between the registry and the protocol
+// clients, and it owns what is policy rather than protocol: which server
+// tool an action calls, previews mapped to side-effect-free actions,
+// re-discovery when a server says its tool list changed (and retries when a
+// discovery failed), and scrubbing every secret a connector fetched from
+// what it returns.
+//
+// The MCP client (package internal/tools/mcp) is reached through MCPClient
+// and MCPDialer, so that this package is tested with a fake and the client
+// can change without touching it.
+package connectors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/toolsvc/toolsvc/internal/connector"
+	"github.com/toolsvc/toolsvc/internal/secrets"
+	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/tools"
+	"github.com/toolsvc/toolsvc/internal/tools/httpconn"
+	"github.com/toolsvc/toolsvc/toolkit"
+)
+
+// MCPConfig is how to reach one MCP server: internal/tools/mcp's Config.
+type MCPConfig struct {
+	ID             string
+	Transport      string // "stdio" or "http"
+	Command        []string
+	Env            map[string]secrets.Value
+	URL            string
+	Headers        map[string]secrets.Value
+	CallTimeout    time.Duration
+	ConnectTimeout time.Duration
+	// Scrub removes the secrets the session fetched from text: the
+	// session's scrubber, for the client to apply to what it logs.
+	Scrub func(string) string `json:"-"`
+}
+
+// MCPClient is one session with an MCP server, shared by concurrent calls.
+type MCPClient interface {
+	// Tools lists the server's tools (tools/list, every page), each with
+	// its action name mapped from the server's name. A tool the client
+	// left out may be listed with its Problem set.
+	Tools(ctx context.Context) ([]connector.ServerTool, error)
+	// Call calls a tool by the server's name. A result with isError is a
+	// Result with Success false; errors are toolkit.Retryable (failed
+	// before the request was written), toolkit.OutcomeUnknown (after) or
+	// plain.
+	Call(ctx context.Context, serverTool string, args json.RawMessage) (*toolkit.Result, error)
+	// OnListChanged registers fn, called on notifications/tools/list_changed.
+	OnListChanged(fn func())
+	// Close ends the session (and a stdio server's process).
+	Close() error
+}
+
+// MCPDialer opens a session for cfg. st fetches the secrets its
+// environment and headers reference; the dialer should not block on the
+// network (the session connects on first use).
+type MCPDialer func(cfg MCPConfig, st secrets.Store, log *slog.Logger) (MCPClient, error)
+
+// ErrNoMCP: this build or configuration serves no MCP connectors.
+var ErrNoMCP = errors.New("no MCP client is configured in this server")
+
+// Timeouts of discovery and re-discovery.
+const (
+	discoverTimeout = 30 * time.Second
+	resyncTimeout   = time.Minute
+	// Retries of a failed discovery back off from retryMin to retryMax.
+	retryMin = 2 * time.Second
+	retryMax = 2 * time.Minute
+)
+
+// Options configure a Manager.
+type Options struct {
+	// Secrets is the secrets store connectors fetch credentials from.
+	Secrets secrets.Store
+	// HTTPTransport sends the HTTP connectors' requests; nil means
+	// http.DefaultTransport.
+	HTTPTransport http.RoundTripper
+	// MCP opens MCP sessions; nil serves no MCP connector (ErrNoMCP).
+	MCP MCPDialer
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// ResyncFunc re-discovers the connector named id and stores what changed
+// (registry.Rediscover).
+type ResyncFunc func(ctx context.Context, id string) error
+
+// Manager serves connector tools. It is safe for concurrent use.
+type Manager struct {
+	o   Options
+	log *slog.Logger
+
+	ctx    context.Context // ends with Close: background work
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// retryBase is the first retry delay after a failed discovery.
+	retryBase time.Duration
+
+	mu       sync.Mutex
+	closed   bool
+	sessions map[string]*session // by connector id
+	resync   ResyncFunc
+	syncs    map[string]*syncState // by connector id
+}
+
+// session is an MCP session for one configuration of a connector.
+type session struct {
+	key    string // the configuration it was opened for
+	client MCPClient
+	scrub  *secrets.Scrubber
+}
+
+// syncState coalesces re-discoveries of one connector and paces retries.
+type syncState struct {
+	running, again bool
+	failures       int // consecutive failed discoveries
+	// stray counts consecutive re-discoveries that failed before asking
+	// the server (the tool not stored yet, the store down): retried a few
+	// times only, as the tool may be gone for good.
+	stray int
+	timer *time.Timer
+}
+
+// maxStrayRetries bounds the retries of re-discoveries that failed without
+// asking the server.
+const maxStrayRetries = 5
+
+var _ tools.Connectors = (*Manager)(nil)
+
+// New returns a Manager. Call Close when done.
+func New(o Options) *Manager {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Manager{
+		o: o, log: o.Logger, ctx: ctx, cancel: cancel, retryBase: retryMin,
+		sessions: map[string]*session{}, syncs: map[string]*syncState{},
+	}
+}
+
+// SetResync sets how a connector is re-discovered when its server says its
+// tools changed, or after a failed discovery. Until it is set, nothing is
+// re-discovered on the Manager's own initiative.
+func (m *Manager) SetResync(fn ResyncFunc) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.resync = fn
+}
+
+// Bind implements tools.Connectors.
+func (m *Manager) Bind(def *store.Tool) (toolkit.Tool, error) {
+	if def == nil || def.Connector == nil {
+		return nil, errors.New("not a connector")
+	}
+	spec := connector.Normalize(def.Connector)
+	switch spec.Type {
+	case connector.TypeHTTP:
+		return httpconn.New(def, httpconn.Options{Secrets: m.o.Secrets, Transport: m.o.HTTPTransport, Now: m.o.Now})
+	case connector.TypeMCP:
+		if m.o.MCP == nil {
+			return nil, ErrNoMCP
+		}
+		return newMCPTool(m, def, spec), nil
+	}
+	return nil, fmt.Errorf("unknown connector type %q", spec.Type)
+}
+
+// Discover implements tools.Connectors: it asks the connector's session
+// (opened for this definition if need be) for the server's tools. A
+// failure schedules a retry, so that a server down at start is discovered
+// once it answers.
+func (m *Manager) Discover(ctx context.Context, def *store.Tool) ([]connector.ServerTool, error) {
+	if def == nil || def.Connector == nil {
+		return nil, errors.New("not a connector")
+	}
+	spec := connector.Normalize(def.Connector)
+	if spec.Type != connector.TypeMCP {
+		return nil, fmt.Errorf("a connector of type %q has nothing to discover", spec.Type)
+	}
+	cfg := mcpConfig(def, spec)
+	s, err := m.session(cfg)
+	if err != nil {
+		if !errors.Is(err, ErrNoMCP) {
+			m.failed(def.Name) // a secret may be set, a program installed, meanwhile
+		}
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout+discoverTimeout)
+	defer cancel()
+	list, err := s.client.Tools(ctx)
+	if err != nil {
+		m.failed(def.Name)
+		return nil, tools.ScrubError(s.scrub, err)
+	}
+	m.succeeded(def.Name)
+	for i := range list {
+		list[i].Description = s.scrub.Scrub(list[i].Description)
+	}
+	return list, nil
+}
+
+// mcpConfig is the session configuration of a definition.
+func mcpConfig(def *store.Tool, spec *connector.Spec) MCPConfig {
+	ct := spec.ConnectTimeout
+	if ct <= 0 {
+		ct = connector.DefaultConnectTimeout
+	}
+	return MCPConfig{
+		ID: def.Name, Transport: spec.Transport, Command: spec.Command, Env: spec.Env,
+		URL: spec.URL, Headers: spec.Headers, CallTimeout: def.Timeout, ConnectTimeout: ct,
+	}
+}
+
+// key identifies a configuration: a session opened for another one is
+// replaced. It holds references to secrets, never values.
+func (c MCPConfig) key() string {
+	b, _ := json.Marshal(c)
+	return string(b)
+}
+
+// session returns the connector's session for cfg, opening it (and closing
+// one opened for another configuration) if need be.
+func (m *Manager) session(cfg MCPConfig) (*session, error) {
+	key := cfg.key()
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, errors.New("the server is shutting down")
+	}
+	if s := m.sessions[cfg.ID]; s != nil && s.key == key {
+		m.mu.Unlock()
+		return s, nil
+	}
+	m.mu.Unlock()
+	if m.o.MCP == nil {
+		return nil, ErrNoMCP
+	}
+	sc := secrets.NewScrubber()
+	cfg.Scrub = sc.Scrub
+	client, err := m.o.MCP(cfg, secrets.Recording(m.o.Secrets, sc), m.log.With("connector", cfg.ID))
+	if err != nil {
+		return nil, toolkit.Retryable(sc.Error(fmt.Errorf("open the MCP session: %w", err)))
+	}
+	s := &session{key: key, client: client, scrub: sc}
+	m.mu.Lock()
+	if cur := m.sessions[cfg.ID]; m.closed || (cur != nil && cur.key == key) {
+		// Closed meanwhile, or another caller opened the same session first.
+		closed := m.closed
+		m.mu.Unlock()
+		m.closeSession(s)
+		if closed {
+			return nil, errors.New("the server is shutting down")
+		}
+		return cur, nil
+	}
+	old := m.sessions[cfg.ID]
+	m.sessions[cfg.ID] = s
+	m.mu.Unlock()
+	client.OnListChanged(func() { m.listChanged(cfg.ID, key) })
+	if old != nil {
+		m.closeSession(old)
+	}
+	return s, nil
+}
+
+func (m *Manager) closeSession(s *session) {
+	if err := s.client.Close(); err != nil {
+		m.log.Warn("closing an MCP session failed", "error", s.scrub.Scrub(err.Error()))
+	}
+}
+
+// listChanged re-discovers a connector whose current session (opened for
+// key) said its tool list changed.
+func (m *Manager) listChanged(id, key string) {
+	m.mu.Lock()
+	s := m.sessions[id]
+	m.mu.Unlock()
+	if s == nil || s.key != key {
+		return // a replaced session
+	}
+	m.log.Info("MCP server says its tools changed; discovering them again", "connector", id)
+	m.trigger(id)
+}
+
+// Resync re-discovers the connector named id in the background (through
+// the function SetResync set), as a list_changed notification does.
+func (m *Manager) Resync(id string) { m.trigger(id) }
+
+// trigger runs a re-discovery of id in the background; a trigger while one
+// runs makes it run once more after.
+func (m *Manager) trigger(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || m.resync == nil {
+		return
+	}
+	st := m.state(id)
+	if st.running {
+		st.again = true
+		return
+	}
+	st.running = true
+	m.wg.Add(1)
+	go m.runResync(id)
+}
+
+func (m *Manager) state(id string) *syncState {
+	st := m.syncs[id]
+	if st == nil {
+		st = &syncState{}
+		m.syncs[id] = st
+	}
+	return st
+}
+
+func (m *Manager) runResync(id string) {
+	defer m.wg.Done()
+	for {
+		m.mu.Lock()
+		fn := m.resync
+		m.mu.Unlock()
+		ctx, cancel := context.WithTimeout(m.ctx, resyncTimeout)
+		err := fn(ctx, id)
+		cancel()
+		if err != nil && m.ctx.Err() == nil {
+			m.log.Warn("MCP re-discovery failed", "connector", id, "error", err.Error())
+		}
+		m.mu.Lock()
+		st := m.state(id)
+		switch {
+		case err == nil:
+			st.stray = 0
+		case st.timer == nil && st.stray < maxStrayRetries && !m.closed:
+			// It failed before asking the server (which schedules its
+			// own retry): the tool may not be stored yet.
+			st.stray++
+			m.scheduleLocked(id, st)
+		}
+		if !st.again || m.closed {
+			st.running = false
+			m.mu.Unlock()
+			return
+		}
+		st.again = false
+		m.mu.Unlock()
+	}
+}
+
+// failed schedules a retry of a failed discovery, backing off.
+func (m *Manager) failed(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || m.resync == nil {
+		return
+	}
+	m.scheduleLocked(id, m.state(id))
+}
+
+// scheduleLocked arms the retry timer of id, backing off with each failure.
+// Called with mu held.
+func (m *Manager) scheduleLocked(id string, st *syncState) {
+	if st.timer != nil || m.resync == nil {
+		return
+	}
+	delay := m.retryBase << min(st.failures, 10)
+	delay = min(delay, retryMax)
+	st.failures++
+	st.timer = time.AfterFunc(delay, func() {
+		m.mu.Lock()
+		st.timer = nil
+		m.mu.Unlock()
+		m.trigger(id)
+	})
+}
+
+// succeeded ends the retries of id.
+func (m *Manager) succeeded(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if st := m.syncs[id]; st != nil {
+		st.failures = 0
+		if st.timer != nil {
+			st.timer.Stop()
+			st.timer = nil
+		}
+	}
+}
+
+// Forget closes the session of a connector that is no longer registered
+// (a stdio server's process ends with it) and stops retrying its
+// discovery.
+func (m *Manager) Forget(id string) {
+	m.mu.Lock()
+	s := m.sessions[id]
+	delete(m.sessions, id)
+	if st := m.syncs[id]; st != nil && st.timer != nil {
+		st.timer.Stop()
+		st.timer = nil
+	}
+	m.mu.Unlock()
+	if s != nil {
+		m.closeSession(s)
+	}
+}
+
+// Close ends background work and every MCP session.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	for _, st := range m.syncs {
+		if st.timer != nil {
+			st.timer.Stop()
+			st.timer = nil
+		}
+	}
+	sessions := m.sessions
+	m.sessions = map[string]*session{}
+	m.mu.Unlock()
+	m.cancel()
+	m.wg.Wait()
+	for _, s := range sessions {
+		m.closeSession(s)
+	}
+	return nil
+}

@@ -1,0 +1,452 @@
+package connectors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/toolsvc/toolsvc/internal/audit"
+	"github.com/toolsvc/toolsvc/internal/connector"
+	"github.com/toolsvc/toolsvc/internal/registry"
+	"github.com/toolsvc/toolsvc/internal/secrets"
+	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/store/memory"
+	"github.com/toolsvc/toolsvc/internal/tools/httpconn"
+	"github.com/toolsvc/toolsvc/toolkit"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const canary = "mcp-C4NARY-t0ken/+="
+
+// fakeServer is an MCP server as the fake sessions see it.
+type fakeServer struct {
+	mu       sync.Mutex
+	tools    []connector.ServerTool
+	toolsErr error
+	calls    []string
+	sessions []*fakeSession
+	dialErr  error
+}
+
+type fakeSession struct {
+	srv      *fakeServer
+	cfg      MCPConfig
+	env      map[string]string
+	mu       sync.Mutex
+	onChange func()
+	closed   bool
+}
+
+func (s *fakeServer) dial(cfg MCPConfig, st secrets.Store, _ *slog.Logger) (MCPClient, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dialErr != nil {
+		return nil, s.dialErr
+	}
+	// As the real client does when it starts a stdio server: the
+	// environment's secrets are fetched for the connection.
+	env := map[string]string{}
+	for k, v := range cfg.Env {
+		sec, err := v.Resolve(context.Background(), st, cfg.ID)
+		if err != nil {
+			return nil, err
+		}
+		env[k] = sec.Reveal()
+	}
+	fs := &fakeSession{srv: s, cfg: cfg, env: env}
+	s.sessions = append(s.sessions, fs)
+	return fs, nil
+}
+
+func (s *fakeServer) set(list []connector.ServerTool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tools, s.toolsErr = list, err
+}
+
+func (s *fakeServer) current() *fakeSession {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[len(s.sessions)-1]
+}
+
+func (f *fakeSession) Tools(ctx context.Context) ([]connector.ServerTool, error) {
+	f.srv.mu.Lock()
+	defer f.srv.mu.Unlock()
+	if f.srv.toolsErr != nil {
+		return nil, f.srv.toolsErr
+	}
+	out := make([]connector.ServerTool, len(f.srv.tools))
+	copy(out, f.srv.tools)
+	return out, nil
+}
+
+func (f *fakeSession) Call(ctx context.Context, name string, args json.RawMessage) (*toolkit.Result, error) {
+	f.srv.mu.Lock()
+	f.srv.calls = append(f.srv.calls, name+" "+string(args))
+	f.srv.mu.Unlock()
+	token := f.env["API_TOKEN"]
+	switch name {
+	case "Fail Hard":
+		return &toolkit.Result{Success: false, Message: "server refused, token " + token}, nil
+	case "Cut":
+		return nil, toolkit.OutcomeUnknown(fmt.Errorf("connection reset after sending with %s", token))
+	case "Down":
+		return nil, toolkit.Retryable(fmt.Errorf("dial failed with env API_TOKEN=%s", token))
+	case "Boom":
+		panic("server tool exploded holding " + token)
+	}
+	return toolkit.OK(map[string]any{"tool": name, "echo": token}, "ok from "+name+" with "+token), nil
+}
+
+func (f *fakeSession) OnListChanged(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onChange = fn
+}
+
+func (f *fakeSession) changed() {
+	f.mu.Lock()
+	fn := f.onChange
+	f.mu.Unlock()
+	fn()
+}
+
+func (f *fakeSession) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	return nil
+}
+
+func (f *fakeSession) isClosed() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.closed
+}
+
+func b(v bool) *bool { return &v }
+
+func serverTools() []connector.ServerTool {
+	obj := json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}}}`)
+	return []connector.ServerTool{
+		{Action: "read_file", Name: "Read File", Description: "Read a file", InputSchema: obj, Annotations: connector.Annotations{ReadOnly: b(true)}},
+		{Action: "delete_file", Name: "Delete File", Description: "Delete a file", InputSchema: obj, Annotations: connector.Annotations{Destructive: b(true)}},
+		{Action: "fetch_url", Name: "fetch", InputSchema: obj, Annotations: connector.Annotations{ReadOnly: b(true), OpenWorld: b(true)}},
+		{Action: "post", Name: "post", InputSchema: obj, Annotations: connector.Annotations{OpenWorld: b(true)}},
+		{Action: "fail_hard", Name: "Fail Hard", InputSchema: obj},
+		{Action: "cut", Name: "Cut", InputSchema: obj},
+		{Action: "down", Name: "Down", InputSchema: obj},
+		{Action: "boom", Name: "Boom", InputSchema: obj},
+	}
+}
+
+func secretsStore() secrets.Store {
+	return secrets.NewEnv(func(k string) (string, bool) { return canary, k == "TOOLSVC_SECRET_FILES_API_TOKEN" })
+}
+
+type rig struct {
+	srv *fakeServer
+	m   *Manager
+	reg *registry.Registry
+	st  store.Store
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	srv := &fakeServer{tools: serverTools()}
+	m := New(Options{Secrets: secretsStore(), MCP: srv.dial})
+	m.retryBase = 20 * time.Millisecond
+	st := memory.New()
+	reg, err := registry.New(registry.Options{Store: st, Connectors: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := reg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m.SetResync(func(ctx context.Context, id string) error {
+		_, _, err := reg.Rediscover(ctx, id, "toolsvc")
+		return err
+	})
+	t.Cleanup(func() {
+		m.Close()
+		cancel()
+		st.Close()
+	})
+	return &rig{srv: srv, m: m, reg: reg, st: st}
+}
+
+func filesTool() *store.Tool {
+	return &store.Tool{
+		Name: "files", Description: "Files",
+		Connector: &connector.Spec{
+			Type: connector.TypeMCP, Command: []string{"files-server"},
+			Env: map[string]secrets.Value{"API_TOKEN": {Secret: &secrets.Ref{Key: "api_token"}}},
+			Actions: []connector.Action{
+				{Name: "delete_file", Risk: toolkit.RiskMedium, Description: "Delete one file", PreviewAction: "read_file"},
+				{Name: "fetch_url", Risk: toolkit.RiskCritical},
+			},
+		},
+	}
+}
+
+func (r *rig) register(t *testing.T) *store.Tool {
+	t.Helper()
+	got, _, err := r.reg.Register(context.Background(), registry.RegisterParams{Tool: filesTool(), Actor: "ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func leaks(s string) bool { return strings.Contains(s, canary) || strings.Contains(s, "C4NARY") }
+
+func TestDiscoveryGivesActionsWithRisks(t *testing.T) {
+	r := newRig(t)
+	got := r.register(t)
+	want := map[string]toolkit.RiskLevel{
+		"read_file":   toolkit.RiskLow,      // readOnlyHint
+		"delete_file": toolkit.RiskMedium,   // destructiveHint says HIGH; the operator's MEDIUM wins
+		"fetch_url":   toolkit.RiskCritical, // read-only and open world (MEDIUM); the operator's CRITICAL wins
+		"post":        toolkit.RiskHigh,     // no hint (MEDIUM), open world +1
+		"fail_hard":   toolkit.RiskMedium,   // no hint
+	}
+	risks := map[string]toolkit.RiskLevel{}
+	for _, a := range got.Actions {
+		risks[a.Name] = a.Risk
+	}
+	for n, w := range want {
+		if risks[n] != w {
+			t.Errorf("%s: risk %s, want %s", n, risks[n], w)
+		}
+	}
+	if a := got.Action("delete_file"); a == nil || a.Description != "Delete one file" {
+		t.Fatalf("the operator's description does not win: %+v", a)
+	}
+	if got.Connector.ServerTool("delete_file").Name != "Delete File" || !got.SupportsPreview {
+		t.Fatalf("mapping or preview: %+v", got.Connector)
+	}
+	// The session holds the secret; the definition holds its reference.
+	b, _ := json.Marshal(got)
+	if leaks(string(b)) {
+		t.Fatal("the stored definition holds the secret")
+	}
+	if r.srv.current().env["API_TOKEN"] != canary {
+		t.Fatal("the session did not get its secret")
+	}
+}
+
+func TestCallsGoToTheServerToolAndAreScrubbed(t *testing.T) {
+	r := newRig(t)
+	r.register(t)
+	e, ok := r.reg.Lookup("files")
+	if !ok || e.Impl == nil {
+		t.Fatal("not bound")
+	}
+	ctx := context.Background()
+	call := func(action string) (*toolkit.Result, error) {
+		return e.Impl.Execute(ctx, &toolkit.Call{Tool: "files", Action: action, Arguments: json.RawMessage(`{"path":"/a"}`)})
+	}
+	res, err := call("delete_file")
+	if err != nil || !res.Success || res.Value.(map[string]any)["tool"] != "Delete File" {
+		t.Fatalf("delete_file: %v %v", res, err)
+	}
+	if leaks(res.Message) || res.Value.(map[string]any)["echo"] != secrets.Redacted {
+		t.Fatalf("the result is not scrubbed: %+v", res)
+	}
+	r.srv.mu.Lock()
+	last := r.srv.calls[len(r.srv.calls)-1]
+	r.srv.mu.Unlock()
+	if last != `Delete File {"path":"/a"}` {
+		t.Fatalf("the server got %q", last)
+	}
+
+	res, err = call("fail_hard")
+	if err != nil || res.Success || leaks(res.Message) || !strings.Contains(res.Message, "server refused") {
+		t.Fatalf("isError: %+v %v", res, err)
+	}
+	_, err = call("cut")
+	var un *toolkit.UnknownOutcomeError
+	if !errors.As(err, &un) || leaks(err.Error()) {
+		t.Fatalf("cut: %v", err)
+	}
+	_, err = call("down")
+	if !toolkit.IsRetryable(err) || leaks(err.Error()) {
+		t.Fatalf("down: %v", err)
+	}
+	func() {
+		defer func() {
+			p := recover()
+			if p == nil || leaks(fmt.Sprint(p)) || !strings.Contains(fmt.Sprint(p), "exploded") {
+				t.Fatalf("panic: %v", p)
+			}
+		}()
+		_, _ = call("boom")
+	}()
+
+	// Preview: delete_file is previewed by read_file with the same arguments.
+	pv := e.Impl.(toolkit.Previewer)
+	pr, err := pv.Preview(ctx, &toolkit.Call{Tool: "files", Action: "delete_file", Arguments: json.RawMessage(`{"path":"/a"}`)})
+	if err != nil || pr.Value.(map[string]any)["tool"] != "Read File" || leaks(pr.Message) {
+		t.Fatalf("preview: %+v %v", pr, err)
+	}
+	if _, err := pv.Preview(ctx, &toolkit.Call{Tool: "files", Action: "post"}); err == nil {
+		t.Fatal("an action without a preview mapping previewed")
+	}
+	// One session served it all.
+	r.srv.mu.Lock()
+	n := len(r.srv.sessions)
+	r.srv.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d sessions", n)
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 5s: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestListChangedBumpsTheVersion(t *testing.T) {
+	r := newRig(t)
+	r.register(t)
+	ctx := context.Background()
+	// A list_changed that changes nothing writes nothing.
+	r.srv.current().changed()
+	time.Sleep(50 * time.Millisecond)
+	if got, _ := r.reg.Get(ctx, "files"); got.Version != 1 {
+		t.Fatalf("an unchanged list bumped the version to %d", got.Version)
+	}
+	list := serverTools()
+	list[0].Annotations = connector.Annotations{Destructive: b(true)} // read_file turns destructive
+	list = append(list, connector.ServerTool{Action: "new_tool", Name: "new_tool", InputSchema: json.RawMessage(`{"type":"object"}`)})
+	r.srv.set(list, nil)
+	r.srv.current().changed()
+	eventually(t, "the tool's version is bumped", func() bool {
+		got, _ := r.reg.Get(ctx, "files")
+		return got.Version == 2
+	})
+	got, _ := r.reg.Get(ctx, "files")
+	if got.Action("new_tool") == nil || got.Action("read_file").Risk != toolkit.RiskHigh {
+		t.Fatalf("after list_changed: %+v", got.Actions)
+	}
+	evs, err := r.st.ListAuditEvents(ctx, store.AuditFilter{Tool: "files", Types: []string{audit.ToolUpdated}})
+	if err != nil || len(evs) != 1 || evs[0].DetailMap()["reason"] != registry.ReasonDiscovery || evs[0].DetailMap()["version"] != int64(2) && evs[0].DetailMap()["version"] != float64(2) {
+		t.Fatalf("audit: %v %+v", err, evs)
+	}
+}
+
+func TestFailedDiscoveryIsRetried(t *testing.T) {
+	r := newRig(t)
+	r.srv.set(nil, fmt.Errorf("server crashed printing %s", canary))
+	ctx := context.Background()
+	_, err := r.m.Discover(ctx, filesTool())
+	if err == nil || leaks(err.Error()) {
+		t.Fatalf("discovery of a failing server: %v", err)
+	}
+	// The tools file declares it: registered without actions.
+	if _, err := r.reg.Sync(ctx, store.SourceFile, []*store.Tool{filesTool()}, "toolsvc"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := r.reg.Get(ctx, "files"); len(got.Actions) != 0 {
+		t.Fatalf("actions before discovery: %v", got.Actions)
+	}
+	r.srv.set(serverTools(), nil)
+	eventually(t, "a retry discovers the tools", func() bool {
+		got, _ := r.reg.Get(ctx, "files")
+		return len(got.Actions) == len(serverTools())
+	})
+}
+
+func TestSessionFollowsTheDefinition(t *testing.T) {
+	r := newRig(t)
+	r.register(t)
+	first := r.srv.current()
+	def := filesTool()
+	def.Connector.Command = []string{"files-server", "--v2"}
+	if _, _, err := r.reg.Register(context.Background(), registry.RegisterParams{Tool: def, Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	second := r.srv.current()
+	if second == first || !first.isClosed() || second.cfg.Command[1] != "--v2" {
+		t.Fatal("a changed definition kept the old session")
+	}
+	// A list_changed from the replaced session is ignored.
+	first.changed()
+	// Deregistering the connector ends its session.
+	if _, err := r.reg.Deregister(context.Background(), "files", 0, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	if !second.isClosed() {
+		t.Fatal("a deregistered connector kept its session")
+	}
+	r.register(t)
+	third := r.srv.current()
+	r.m.Close()
+	if !third.isClosed() {
+		t.Fatal("Close left a session open")
+	}
+}
+
+func TestBindWithoutMCPAndHTTP(t *testing.T) {
+	m := New(Options{})
+	defer m.Close()
+	if _, err := m.Bind(filesTool()); !errors.Is(err, ErrNoMCP) {
+		t.Fatalf("MCP without a dialer: %v", err)
+	}
+	impl, err := m.Bind(&store.Tool{Name: "api", Connector: &connector.Spec{Type: "http", BaseURL: "https://api.example.com",
+		Actions: []connector.Action{{Name: "get", Description: "Get", Method: "GET", Path: "/x"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := impl.(*httpconn.Tool); !ok {
+		t.Fatalf("http binds to %T", impl)
+	}
+	srv := &fakeServer{dialErr: errors.New("exec: server.js: not found")}
+	m2 := New(Options{MCP: srv.dial})
+	defer m2.Close()
+	impl, err = m2.Bind(filesTool())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := impl.Execute(context.Background(), &toolkit.Call{Action: "read_file"}); err == nil {
+		t.Fatal("an action that was never discovered ran")
+	}
+}
+
+// TestFailedDialIsRetried: a session that cannot be opened (a program not
+// installed yet, a secret not set yet) is tried again.
+func TestFailedDialIsRetried(t *testing.T) {
+	r := newRig(t)
+	r.srv.mu.Lock()
+	r.srv.dialErr = errors.New("exec: files-server: not found")
+	r.srv.mu.Unlock()
+	ctx := context.Background()
+	if _, err := r.reg.Sync(ctx, store.SourceFile, []*store.Tool{filesTool()}, "toolsvc"); err != nil {
+		t.Fatal(err)
+	}
+	r.srv.mu.Lock()
+	r.srv.dialErr = nil
+	r.srv.mu.Unlock()
+	eventually(t, "a retry opens the session and discovers", func() bool {
+		got, _ := r.reg.Get(ctx, "files")
+		return len(got.Actions) == len(serverTools())
+	})
+}
