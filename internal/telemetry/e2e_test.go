@@ -281,7 +281,15 @@ func TestMetricsScrape(t *testing.T) {
 			t.Fatalf("approved notes.write: %v %v", resp, err)
 		}
 
+		// The RPC metric is recorded as the RPC ends, just after the client
+		// has its answer: wait for the last one.
 		m := scrape(t, url)
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); m = scrape(t, url) {
+			if sampleSum(m, "rpc_server_call_duration_seconds", "rpc_method", executeRPC) == 5 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		calls := "toolsvc_calls_total"
 		wantValue(t, m, 2, calls, "gen_ai_tool_name", "echo", "toolsvc_action", "echo", "toolsvc_outcome", "SUCCEEDED")
 		wantValue(t, m, 1, calls, "gen_ai_tool_name", "_unregistered", "toolsvc_action", "_unregistered",
@@ -339,13 +347,21 @@ func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 // histogram sample counts.
 func wantValue(t *testing.T, families map[string]*dto.MetricFamily, want float64, name string, labels ...string) {
 	t.Helper()
-	f, ok := families[name]
+	_, ok := families[name]
 	if !ok {
 		t.Errorf("no metric %s (have %v)", name, familyNames(families))
 		return
 	}
+	if got := sampleSum(families, name, labels...); got != want {
+		t.Errorf("%s%v = %v, want %v", name, labels, got, want)
+	}
+}
+
+// sampleSum adds up the samples of family name whose labels include labels:
+// counter and gauge values, histogram sample counts.
+func sampleSum(families map[string]*dto.MetricFamily, name string, labels ...string) float64 {
 	var got float64
-	for _, m := range f.GetMetric() {
+	for _, m := range families[name].GetMetric() {
 		if !hasLabels(m, labels) {
 			continue
 		}
@@ -358,9 +374,7 @@ func wantValue(t *testing.T, families map[string]*dto.MetricFamily, want float64
 			got += float64(m.GetHistogram().GetSampleCount())
 		}
 	}
-	if got != want {
-		t.Errorf("%s%v = %v, want %v", name, labels, got, want)
-	}
+	return got
 }
 
 func hasLabels(m *dto.Metric, labels []string) bool {
