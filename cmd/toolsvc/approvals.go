@@ -59,14 +59,14 @@ another principal with --principal.`,
 			if c.json {
 				return c.printJSON(&toolsvcv1.ListApprovalsResponse{Approvals: aps})
 			}
-			tw := newTable(c.stdout)
-			fmt.Fprintln(tw, "ID\tSTATE\tTOOL\tREQUESTER\tRISK\tCREATED\tEXPIRES\tRESOLVER")
+			// The ID is what the next command needs: it is never cut.
+			// Creation time and resolver are in `approvals get` and -o json.
+			tw := newTable(c.stdout, "ID!", "STATE", "TOOL", "REQUESTER", "RISK", "EXPIRES", "RESOLVER")
 			for _, a := range aps {
-				fmt.Fprintf(tw, "%s\t%s\t%s.%s\t%s\t%s\t%s\t%s\t%s\n", a.GetApprovalId(), enumName(a.GetState()),
-					a.GetTool(), a.GetAction(), a.GetRequester(), orDash(enumName(a.GetRisk())),
-					when(a.GetCreateTime()), when(a.GetExpireTime()), orDash(a.GetResolver()))
+				tw.row(a.GetApprovalId(), enumName(a.GetState()), a.GetTool()+"."+a.GetAction(), a.GetRequester(),
+					orDash(enumName(a.GetRisk())), shortDay(a.GetExpireTime()), orDash(a.GetResolver()))
 			}
-			return tw.Flush()
+			return tw.flush()
 		})
 	}
 
