@@ -416,7 +416,6 @@ func checkLimit(limit int) error {
 	return nil
 }
 
-
 // fields prints "label:  value" lines with the values aligned; a value of
 // several lines (JSON) continues indented under its label. Empty values are
 // skipped.
