@@ -190,4 +190,3 @@ func waitServing(t *testing.T, addr string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
-
