@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -26,15 +27,18 @@ another principal with --principal.`,
 	approvals := func(c *client) toolsvcv1.ApprovalServiceClient { return toolsvcv1.NewApprovalServiceClient(c.conn) }
 
 	var state, tool string
+	var quiet bool
 	list := &cobra.Command{
-		Use:     "list",
-		Short:   "List approvals, newest first",
-		Example: "  toolsvc approvals list --state pending --tool notes",
-		Args:    noArgs,
+		Use:   "list",
+		Short: "List approvals, newest first",
+		Example: `  toolsvc approvals list --state pending --tool notes
+  toolsvc approvals approve "$(toolsvc approvals list --state pending --limit 1 -q)" --comment ok`,
+		Args: noArgs,
 	}
 	limit := addLimitFlag(list)
 	list.Flags().StringVar(&state, "state", "", "only approvals in this state: pending, approved, denied, expired, consumed or invalidated")
 	list.Flags().StringVar(&tool, "tool", "", "only approvals for this tool")
+	list.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the approvals' ids, one per line (for scripts)")
 	list.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := checkLimit(*limit); err != nil {
 			return err
@@ -59,14 +63,20 @@ another principal with --principal.`,
 			if c.json {
 				return c.printJSON(&toolsvcv1.ListApprovalsResponse{Approvals: aps})
 			}
-			tw := newTable(c.stdout)
-			fmt.Fprintln(tw, "ID\tSTATE\tTOOL\tREQUESTER\tRISK\tCREATED\tEXPIRES\tRESOLVER")
-			for _, a := range aps {
-				fmt.Fprintf(tw, "%s\t%s\t%s.%s\t%s\t%s\t%s\t%s\t%s\n", a.GetApprovalId(), enumName(a.GetState()),
-					a.GetTool(), a.GetAction(), a.GetRequester(), orDash(enumName(a.GetRisk())),
-					when(a.GetCreateTime()), when(a.GetExpireTime()), orDash(a.GetResolver()))
+			if quiet {
+				for _, a := range aps {
+					fmt.Fprintln(c.stdout, a.GetApprovalId())
+				}
+				return nil
 			}
-			return tw.Flush()
+			// The ID is what the next command needs: it is never cut.
+			// Creation time and resolver are in `approvals get` and -o json.
+			tw := newTable(c.stdout, "ID!", "STATE", "RISK", "EXPIRES!", "REQUESTER", "TOOL")
+			for _, a := range aps {
+				tw.row(a.GetApprovalId(), enumName(a.GetState()), orDash(enumName(a.GetRisk())), shortDay(a.GetExpireTime()),
+					a.GetRequester(), a.GetTool()+"."+a.GetAction())
+			}
+			return tw.flush()
 		})
 	}
 
@@ -115,11 +125,11 @@ another principal with --principal.`,
 					}
 					a := resp.GetApproval()
 					if decision == toolsvcv1.ApprovalDecision_APPROVAL_DECISION_APPROVE {
-						fmt.Fprintf(c.stdout, "Approved %s: %s.%s for %s. Their next call with key %s and the same arguments runs it.\n",
-							a.GetApprovalId(), a.GetTool(), a.GetAction(), a.GetRequester(), a.GetIdempotencyKey())
+						fmt.Fprintln(c.stdout, strings.Join(wrap(fmt.Sprintf("Approved %s: %s.%s for %s. Their next call with key %s and the same arguments runs it.",
+							a.GetApprovalId(), a.GetTool(), a.GetAction(), a.GetRequester(), a.GetIdempotencyKey()), termWidth), "\n"))
 					} else {
-						fmt.Fprintf(c.stdout, "Denied %s: %s.%s for %s. Calls with key %s now answer DENIED.\n",
-							a.GetApprovalId(), a.GetTool(), a.GetAction(), a.GetRequester(), a.GetIdempotencyKey())
+						fmt.Fprintln(c.stdout, strings.Join(wrap(fmt.Sprintf("Denied %s: %s.%s for %s. Calls with key %s now answer DENIED.",
+							a.GetApprovalId(), a.GetTool(), a.GetAction(), a.GetRequester(), a.GetIdempotencyKey()), termWidth), "\n"))
 					}
 					return nil
 				})

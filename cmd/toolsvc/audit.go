@@ -45,6 +45,8 @@ listed, following page tokens.`,
 	fs.StringVar(&req.Principal, "by", "", "only events caused by this principal")
 	fs.StringVar(&req.Tool, "tool", "", "only events of this tool")
 	fs.StringSliceVar(&req.Types, "type", nil, "only events of these types, e.g. tool_call.succeeded (repeatable)")
+	var wide bool
+	fs.BoolVarP(&wide, "wide", "w", false, "every column (risk, gate, call id) and whole details, however wide")
 	fs.StringVar(&since, "since", "", "only events at or after this time: a duration back from now (1h) or RFC 3339")
 	list.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := checkLimit(*limit); err != nil {
@@ -72,18 +74,23 @@ listed, following page tokens.`,
 			if c.json {
 				return c.printJSON(&toolsvcv1.ListAuditEventsResponse{Events: events})
 			}
-			tw := newTable(c.stdout)
-			fmt.Fprintln(tw, "SEQ\tTIME\tTYPE\tPRINCIPAL\tTOOL\tRISK\tGATE\tOUTCOME\tCALL\tDETAIL")
-			for _, e := range events {
-				tool := e.GetTool()
-				if e.GetAction() != "" {
-					tool += "." + e.GetAction()
+			if wide {
+				tw := newTable(c.stdout, "SEQ!", "TIME!", "TYPE!", "PRINCIPAL!", "TOOL!", "RISK!", "GATE!", "OUTCOME!", "CALL!", "DETAIL!")
+				for _, e := range events {
+					tw.row(fmt.Sprint(e.GetSequence()), short(e.GetTime()), e.GetType(), orDash(e.GetPrincipal()),
+						orDash(toolAction(e)), orDash(enumName(e.GetRisk())), orDash(enumName(e.GetGateDecision())),
+						orDash(enumName(e.GetOutcome())), orDash(e.GetCallId()), orDash(compactJSON(e.GetDetail())))
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.GetSequence(), when(e.GetTime()), e.GetType(),
-					orDash(e.GetPrincipal()), orDash(tool), orDash(enumName(e.GetRisk())), orDash(enumName(e.GetGateDecision())),
-					orDash(enumName(e.GetOutcome())), orDash(e.GetCallId()), orDash(oneLine(compactJSON(e.GetDetail()), 80)))
+				return tw.flush()
 			}
-			return tw.Flush()
+			// To fit a terminal the table leaves out risk, gate and call id
+			// (--wide and -o json have them) and cuts the detail.
+			tw := newTable(c.stdout, "SEQ!", "TIME!", "TYPE!", "PRINCIPAL", "TOOL", "OUTCOME", "DETAIL")
+			for _, e := range events {
+				tw.row(fmt.Sprint(e.GetSequence()), shortDay(e.GetTime()), e.GetType(), orDash(e.GetPrincipal()), orDash(toolAction(e)),
+					orDash(enumName(e.GetOutcome())), orDash(oneLine(compactJSON(e.GetDetail()), 200)))
+			}
+			return tw.flush()
 		})
 	}
 	cmd.AddCommand(list)
@@ -103,4 +110,12 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 		return t, nil
 	}
 	return time.Time{}, usage(fmt.Errorf("--since %q: want a duration back from now (1h, 30m) or an RFC 3339 time (2026-05-01T14:00:00Z)", s))
+}
+
+// toolAction is "tool.action", or the tool alone.
+func toolAction(e *toolsvcv1.AuditEvent) string {
+	if e.GetAction() == "" {
+		return e.GetTool()
+	}
+	return e.GetTool() + "." + e.GetAction()
 }

@@ -260,16 +260,16 @@ func printCallResponse(c *client, in *callInput, resp *toolsvcv1.ExecuteToolResp
 		if c.access.authenticates() {
 			// Whoever approves brings their own credentials.
 			approve = append(append(approve, c.access.tlsFlags()...), "--"+flagTokenFile, "APPROVER_TOKEN_FILE")
-			fmt.Fprintf(w, "\nThe call waits for an approver other than you:\n  %s\n", strings.Join(approve, " "))
+			fmt.Fprintf(w, "\nThe call waits for an approver other than you:\n%s\n", shellLines(approve))
 		} else {
-			fmt.Fprintf(w, "\nThe call waits for an approver other than %q:\n  %s --principal APPROVER\n",
-				requester, strings.Join(approve, " "))
+			fmt.Fprintf(w, "\nThe call waits for an approver other than %q:\n%s\n",
+				requester, shellLines(append(approve, "--principal", "APPROVER")))
 		}
-		fmt.Fprintf(w, "Once approved, run it again with the same key and arguments:\n  %s\n",
-			in.followUp(c, resp.GetIdempotencyKey(), "--approval", id))
+		fmt.Fprintf(w, "Once approved, run it again with the same key and arguments:\n%s\n",
+			shellLines(in.followUp(c, resp.GetIdempotencyKey(), "--approval", id)))
 	case toolsvcv1.Outcome_OUTCOME_PREVIEW_REQUIRED:
-		fmt.Fprintf(w, "\nThe call has not run. To run it as previewed:\n  %s\n",
-			in.followUp(c, resp.GetIdempotencyKey(), "--preview-token", resp.GetPreview().GetToken()))
+		fmt.Fprintf(w, "\nThe call has not run. To run it as previewed:\n%s\n",
+			shellLines(in.followUp(c, resp.GetIdempotencyKey(), "--preview-token", resp.GetPreview().GetToken())))
 	}
 	return nil
 }
@@ -286,7 +286,7 @@ func addrFlag(c *client) []string {
 // flag (the approval or the preview token): the same tool, action,
 // arguments and context, so that the server finds the parked call and the
 // fingerprint matches.
-func (in *callInput) followUp(c *client, key, flag, value string) string {
+func (in *callInput) followUp(c *client, key, flag, value string) []string {
 	parts := []string{"toolsvc", "call", shellQuote(in.tool), shellQuote(in.action)}
 	switch {
 	case in.argsFile != "":
@@ -304,8 +304,7 @@ func (in *callInput) followUp(c *client, key, flag, value string) string {
 		parts = append(parts, "--scope", shellQuote(s))
 	}
 	parts = append(parts, c.connectionFlags()...)
-	parts = append(parts, flag, shellQuote(value))
-	return strings.Join(parts, " ")
+	return append(parts, flag, shellQuote(value))
 }
 
 func newCallsCommand(lookupEnv env) *cobra.Command {

@@ -296,7 +296,7 @@ func (c *client) hint(st *status.Status) string {
 //	  field violations:
 //	    tool.name: must match ^[a-z0-9_-]{1,64}$
 func printRPCStatus(w io.Writer, st *status.Status, hint string) {
-	fmt.Fprintf(w, "toolsvc: %s: %s\n", st.Code(), st.Message())
+	fmt.Fprintln(w, wrapped(fmt.Sprintf("toolsvc: %s: %s", st.Code(), st.Message())))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	var violations []*errdetails.BadRequest_FieldViolation
 	for _, d := range st.Details() {
@@ -334,7 +334,7 @@ func printRPCStatus(w io.Writer, st *status.Status, hint string) {
 	if len(violations) > 0 {
 		fmt.Fprintf(w, "  field violations (%d):\n", len(violations))
 		for _, v := range violations {
-			fmt.Fprintf(w, "    %s: %s\n", v.GetField(), v.GetDescription())
+			fmt.Fprintf(w, "    %s\n", strings.Join(wrap(v.GetField()+": "+v.GetDescription(), termWidth-4), "\n      "))
 		}
 	}
 }
@@ -416,9 +416,6 @@ func checkLimit(limit int) error {
 	return nil
 }
 
-// newTable returns a tabwriter for aligned columns.
-func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
-
 // fields prints "label:  value" lines with the values aligned; a value of
 // several lines (JSON) continues indented under its label. Empty values are
 // skipped.
@@ -444,7 +441,15 @@ func (f *fields) flush() error {
 	for _, l := range f.lines {
 		value := strings.TrimRight(l[1], "\n")
 		if !strings.Contains(value, "\n") {
-			fmt.Fprintf(&b, "%-*s  %s\n", width, l[0]+":", value)
+			// Long text wraps under its value column, to fit termWidth.
+			pad := strings.Repeat(" ", width+2)
+			for i, line := range wrap(value, termWidth-width-2) {
+				if i == 0 {
+					fmt.Fprintf(&b, "%-*s  %s\n", width, l[0]+":", line)
+				} else {
+					fmt.Fprintf(&b, "%s%s\n", pad, line)
+				}
+			}
 			continue
 		}
 		fmt.Fprintf(&b, "%s:\n", l[0])
@@ -459,6 +464,23 @@ func (f *fields) flush() error {
 
 // Time formats: local time, readable, to the second.
 const timeLayout = "2006-01-02 15:04:05 MST"
+
+// short formats a timestamp for a table column: local time to the second,
+// without the zone; "-" when unset.
+func short(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return ts.AsTime().Local().Format("2006-01-02 15:04:05")
+}
+
+// shortDay is short without the year, for the narrowest tables.
+func shortDay(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return ts.AsTime().Local().Format("01-02 15:04:05")
+}
 
 // when formats a timestamp in local time; "" when unset.
 func when(ts *timestamppb.Timestamp) string {

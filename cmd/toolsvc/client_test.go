@@ -70,12 +70,22 @@ func field(t *testing.T, out, label string) string {
 }
 
 // printedCommand returns the arguments of the printed command line that
-// starts with prefix ("toolsvc call"), as a shell would split them.
+// starts with prefix ("toolsvc call"), as a shell would split them: its
+// continuation lines (a line ending in " \\") included. No printed line is
+// wider than a terminal.
 func printedCommand(t *testing.T, out, prefix string) []string {
 	t.Helper()
-	for _, line := range strings.Split(out, "\n") {
+	lines := strings.Split(out, "\n")
+	for i, line := range lines {
+		if n := utf8.RuneCountInString(line); n > termWidth {
+			t.Fatalf("a line of %d characters:\n%s", n, line)
+		}
 		line = strings.TrimSpace(line)
 		if strings.HasPrefix(line, prefix+" ") {
+			for strings.HasSuffix(line, " \\") && i+1 < len(lines) {
+				i++
+				line = strings.TrimSuffix(line, "\\") + strings.TrimSpace(lines[i])
+			}
 			words := shellWords(t, line)
 			return words[1:] // without "toolsvc"
 		}
@@ -474,7 +484,7 @@ func TestHealthDrainRestore(t *testing.T) {
 	mustContain(t, "restore", out, "Restored echo", "HEALTHY")
 	expect(t, exitOK, addr, "call", "echo", "echo", "--args", `{"message": "hi"}`)
 
-	out, _ = expect(t, exitOK, addr, "audit", "list", "--tool", "echo", "--type", "health.changed")
+	out, _ = expect(t, exitOK, addr, "audit", "list", "--wide", "--tool", "echo", "--type", "health.changed")
 	if rows := strings.Count(strings.TrimSpace(out), "\n"); rows != 2 || !strings.Contains(out, `"operation":"drain"`) || !strings.Contains(out, `"operation":"restore"`) {
 		t.Fatalf("health.changed events:\n%s", out)
 	}
@@ -486,7 +496,7 @@ func TestAuditList(t *testing.T) {
 	expect(t, exitOK, addr, "call", "echo", "echo", "--args", `{"message": "one"}`, "--trace", "tr-1", "--task", "task-1", "--principal", "agent-1")
 	expect(t, exitOK, addr, "call", "clock", "now", "--trace", "tr-2")
 
-	out, _ := expect(t, exitOK, addr, "audit", "list", "--trace", "tr-1")
+	out, _ := expect(t, exitOK, addr, "audit", "list", "--wide", "--trace", "tr-1")
 	mustContain(t, "audit list --trace", out, "SEQ", "TYPE", "tool_call.attempted", "tool_call.succeeded", "agent-1", "echo.echo", "SUCCEEDED", `"message":"one"`)
 	if strings.Contains(out, "clock") {
 		t.Fatalf("--trace tr-1 shows another trace:\n%s", out)

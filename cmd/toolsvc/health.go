@@ -54,13 +54,12 @@ func newHealthCommand(lookupEnv env) *cobra.Command {
 			if c.json {
 				return c.printJSON(&toolsvcv1.ListToolHealthResponse{Health: hs})
 			}
-			tw := newTable(c.stdout)
-			fmt.Fprintln(tw, "TOOL\tSTATUS\tERRORS\tLAST SUCCESS\tLAST ERROR\tNOTE")
+			tw := newTable(c.stdout, "TOOL!", "STATUS", "ERRORS", "LAST SUCCESS", "LAST ERROR", "NOTE")
 			for _, h := range hs {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", h.GetTool(), enumName(h.GetStatus()), h.GetConsecutiveErrors(),
+				tw.row(h.GetTool(), enumName(h.GetStatus()), fmt.Sprint(h.GetConsecutiveErrors()),
 					orDash(when(h.GetLastSuccessTime())), orDash(oneLine(h.GetLastError(), 60)), orDash(healthNote(h)))
 			}
-			return tw.Flush()
+			return tw.flush()
 		})
 	}
 

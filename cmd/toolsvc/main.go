@@ -58,10 +58,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv
 		fmt.Fprintf(stderr, "toolsvc: %v\n", ce)
 		return exitUsage
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "toolsvc: %v\nRun 'toolsvc --help' for usage.\n", ue.err)
+		fmt.Fprintf(stderr, "%s\nRun 'toolsvc --help' for usage.\n", wrapped(fmt.Sprintf("toolsvc: %v", ue.err)))
 		return exitUsage
 	default:
-		fmt.Fprintf(stderr, "toolsvc: %v\n", err)
+		fmt.Fprintln(stderr, wrapped(fmt.Sprintf("toolsvc: %v", err)))
 		return exitFailure
 	}
 }

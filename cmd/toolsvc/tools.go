@@ -192,8 +192,7 @@ new version of the tool, so approvals given for the old one are not used.`,
 }
 
 func printToolTable(w io.Writer, tools []*toolsvcv1.Tool) error {
-	tw := newTable(w)
-	fmt.Fprintln(tw, "NAME\tVERSION\tSOURCE\tRISK\tPREVIEW\tSCOPES\tACTIONS")
+	tw := newTable(w, "NAME!", "VERSION", "SOURCE", "RISK", "PREVIEW", "SCOPES", "ACTIONS")
 	for _, t := range tools {
 		var actions []string
 		for _, a := range t.GetActions() {
@@ -203,10 +202,10 @@ func printToolTable(w io.Writer, tools []*toolsvcv1.Tool) error {
 		if t.GetSupportsPreview() {
 			preview = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", t.GetName(), t.GetVersion(), strings.ToLower(enumName(t.GetSource())),
+		tw.row(t.GetName(), fmt.Sprint(t.GetVersion()), strings.ToLower(enumName(t.GetSource())),
 			orDash(enumName(t.GetDefaultRisk())), preview, orDash(strings.Join(t.GetRequiredScopes(), ",")), strings.Join(actions, ","))
 	}
-	return tw.Flush()
+	return tw.flush()
 }
 
 func printTool(w io.Writer, t *toolsvcv1.Tool) error {
@@ -253,8 +252,8 @@ func printTool(w io.Writer, t *toolsvcv1.Tool) error {
 		if st, ok := server[a.GetName()]; ok && st != a.GetName() {
 			fmt.Fprintf(w, "    server tool: %s\n", st)
 		}
-		fmt.Fprintf(w, "    %s\n", a.GetDescription())
-		fmt.Fprintf(w, "    arguments: %s\n", schemaSummary(a.GetInputSchema(), a.GetInputSchemaJson()))
+		fmt.Fprintf(w, "    %s\n", strings.Join(wrap(a.GetDescription(), termWidth-4), "\n    "))
+		fmt.Fprintf(w, "    %s\n", strings.Join(wrap("arguments: "+schemaSummary(a.GetInputSchema(), a.GetInputSchemaJson()), termWidth-4), "\n      "))
 		if r := a.GetResourceArgument(); r != "" {
 			fmt.Fprintf(w, "    resource: %s\n", r)
 		}

@@ -340,12 +340,18 @@ principals:
 
 // The annotated example configuration is valid, and sets what it says.
 func TestExampleConfiguration(t *testing.T) {
-	t.Chdir("../..") // the example names its tools file relative to the repository root
-	cfg, err := config.Load(config.Sources{File: "deploy/toolsvc.example.yaml"})
+	// Run from anywhere: the example names its tools file relative to
+	// itself.
+	example, err := filepath.Abs(filepath.Join("..", "..", "deploy", "toolsvc.example.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Principals) != 3 || len(cfg.Gate.Adjusters) != 2 || cfg.ToolsFile != "deploy/tools.example.yaml" {
+	t.Chdir(t.TempDir())
+	cfg, err := config.Load(config.Sources{File: example})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Principals) != 3 || len(cfg.Gate.Adjusters) != 2 || cfg.ToolsFile != filepath.Join(filepath.Dir(example), "tools.example.yaml") {
 		t.Fatalf("example loaded as %+v", cfg)
 	}
 	// It spells out every limit, at its default.
@@ -447,4 +453,52 @@ func TestSecretsDir(t *testing.T) {
 		_, err = config.Load(config.Sources{Env: envOf(map[string]string{"TOOLSVC_SECRETS_DIR": bad})})
 		requireProblem(t, problemsOf(t, err), "secrets.dir")
 	}
+}
+
+// A problem names where the value came from (the file, the environment
+// variable or the flag) and the value, except one that may hold a
+// credential.
+func TestProblemsNameTheirSource(t *testing.T) {
+	file := writeFile(t, "c.yaml", "log:\n  format: xml\nshutdown_timeout: soon\n")
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	config.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--log-level=loud"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := config.Load(config.Sources{File: file, Flags: fs, Env: envOf(map[string]string{
+		"TOOLSVC_DATABASE_URL":      "mysql://user:hunter2@db/x",
+		"TOOLSVC_IDEMPOTENCY_LEASE": "-1s",
+	})})
+	ps := problemsOf(t, err)
+	requireProblem(t, ps, "log.format", `(in `+file+`="xml")`)
+	requireProblem(t, ps, "shutdown_timeout", `(in `+file+`="soon")`)
+	requireProblem(t, ps, "log.level", `(from --log-level="loud")`)
+	requireProblem(t, ps, "idempotency.lease", `(from TOOLSVC_IDEMPOTENCY_LEASE="-1s")`)
+	requireProblem(t, ps, "database_url", "(from TOOLSVC_DATABASE_URL)")
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("a credential in the problems: %v", err)
+	}
+}
+
+// Paths in a configuration file are relative to the file; from the
+// environment, to the working directory.
+func TestPathsRelativeToTheFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "conf", "secrets"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "conf", "toolsvc.yaml")
+	if err := os.WriteFile(file, []byte("secrets:\n  dir: secrets\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(t.TempDir())
+	cfg, err := config.Load(config.Sources{File: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Secrets.Dir != filepath.Join(dir, "conf", "secrets") {
+		t.Fatalf("secrets.dir = %q", cfg.Secrets.Dir)
+	}
+	_, err = config.Load(config.Sources{File: file, Env: envOf(map[string]string{"TOOLSVC_SECRETS_DIR": "secrets"})})
+	requireProblem(t, problemsOf(t, err), "secrets.dir", "from TOOLSVC_SECRETS_DIR")
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+
+	"github.com/toolsvc/toolsvc/internal/safetext"
 )
 
 // EnvPrefix prefixes every environment variable: TOOLSVC_DATABASE_URL sets
@@ -86,12 +89,18 @@ type Sources struct {
 // the values), each naming its key.
 func Load(src Sources) (*Config, error) {
 	v := viper.NewWithOptions(viper.KeyDelimiter("."))
+	// origins says where each key set by a source came from, so that a
+	// problem names its source and the value it was given.
+	origins := map[string]origin{}
 	if src.File != "" {
 		v.SetConfigFile(src.File)
 		// Whatever the extension, the file is YAML.
 		v.SetConfigType("yaml")
 		if err := v.ReadInConfig(); err != nil {
 			return nil, &Error{Problems: []string{fmt.Sprintf("config file %s: %v", src.File, err)}}
+		}
+		for _, key := range v.AllKeys() {
+			origins[key] = origin{where: "in " + src.File, value: v.Get(key), file: true}
 		}
 	}
 	if src.Env != nil {
@@ -103,6 +112,7 @@ func Load(src Sources) (*Config, error) {
 			name := EnvPrefix + "_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 			if val, ok := src.Env(name); ok {
 				v.Set(key, val)
+				origins[key] = origin{where: "from " + name, value: val}
 			}
 		}
 	}
@@ -111,6 +121,7 @@ func Load(src Sources) (*Config, error) {
 		src.Flags.Visit(func(f *pflag.Flag) {
 			if key, ok := flagKeys[f.Name]; ok {
 				v.Set(key, f.Value.String())
+				origins[key] = origin{where: "from --" + f.Name, value: f.Value.String()}
 			}
 		})
 	}
@@ -125,6 +136,9 @@ func Load(src Sources) (*Config, error) {
 	if err != nil {
 		p = append(p, decodeProblems(err)...)
 	}
+	if src.File != "" {
+		cfg.resolvePaths(filepath.Dir(src.File), origins)
+	}
 	if err := cfg.Validate(); err != nil {
 		var ce *Error
 		if !errors.As(err, &ce) {
@@ -133,9 +147,87 @@ func Load(src Sources) (*Config, error) {
 		p = append(p, ce.Problems...)
 	}
 	if len(p) > 0 {
+		for i := range p {
+			p[i] = withOrigin(p[i], origins)
+		}
 		return nil, &Error{Problems: dedupe(p)}
 	}
 	return cfg, nil
+}
+
+// origin is where a key's value came from.
+type origin struct {
+	where string // "in FILE", "from TOOLSVC_X", "from --flag"
+	value any
+	file  bool
+}
+
+// pathKeys are the keys that name files or directories. Written in a
+// configuration file, a relative path is relative to that file, so that a
+// configuration works from any working directory; from the environment or
+// a flag it is relative to the working directory, as a shell user expects.
+var pathKeys = []string{"tools_file", "secrets.dir", "tls.cert_file", "tls.key_file", "tls.client_ca_file"}
+
+func (c *Config) resolvePaths(base string, origins map[string]origin) {
+	ptrs := map[string]*string{
+		"tools_file": &c.ToolsFile, "secrets.dir": &c.Secrets.Dir,
+		"tls.cert_file": &c.TLS.CertFile, "tls.key_file": &c.TLS.KeyFile, "tls.client_ca_file": &c.TLS.ClientCAFile,
+	}
+	for _, key := range pathKeys {
+		ptr := ptrs[key]
+		if o, ok := origins[key]; ok && o.file && *ptr != "" && !filepath.IsAbs(*ptr) {
+			*ptr = filepath.Join(base, *ptr)
+		}
+	}
+}
+
+// sensitiveKeys may hold credentials: a problem with them names the source
+// but not the value.
+var sensitiveKeys = []string{"database_url", "token", "secret", "password"}
+
+// withOrigin adds to a problem line ("key: what is wrong") where the key's
+// value came from and, unless it may be a credential, the value itself:
+// "log.level: must be ... (from TOOLSVC_LOG_LEVEL="loud")". A problem with a
+// part of a key (principals[1].id) names the file the key is in.
+func withOrigin(line string, origins map[string]origin) string {
+	key, rest, ok := strings.Cut(line, ": ")
+	if !ok || strings.Contains(key, " ") {
+		return line
+	}
+	o, found := origins[key]
+	if !found {
+		// principals[1].id: the source of principals; server.keepalive: a
+		// section set by its leaves.
+		top, _, _ := strings.Cut(key, "[")
+		for k, ko := range origins {
+			if k == top || strings.HasPrefix(k, top+".") {
+				o, found = ko, true
+				o.value = nil
+				break
+			}
+		}
+		if !found {
+			return line
+		}
+	}
+	where := o.where
+	if o.value != nil && !sensitive(key) {
+		if s, isString := o.value.(string); isString {
+			where += "=" + safetext.Quote(s)
+		} else if _, scalar := o.value.(map[string]any); !scalar {
+			where += "=" + safetext.Quote(fmt.Sprint(o.value))
+		}
+	}
+	return key + ": " + rest + " (" + where + ")"
+}
+
+func sensitive(key string) bool {
+	for _, s := range sensitiveKeys {
+		if strings.Contains(key, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // leafKeys lists the keys of t that take a single value (or a list of

@@ -256,7 +256,7 @@ func (m *Manager) session(cfg MCPConfig) (*session, error) {
 	}
 	sc := secrets.NewScrubber()
 	cfg.Scrub = sc.Scrub
-	client, err := m.o.MCP(cfg, secrets.Recording(m.o.Secrets, sc), m.log.With("connector", cfg.ID))
+	client, err := m.o.MCP(cfg, secrets.Recording(m.o.Secrets, sc), m.log)
 	if err != nil {
 		return nil, toolkit.Retryable(sc.Error(fmt.Errorf("open the MCP session: %w", err)))
 	}
