@@ -39,7 +39,7 @@ must be up to date (toolsvc migrate up, or --migrate).`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 
-			a, err := app.New(ctx, cfg, app.Options{Logger: log})
+			a, err := app.New(ctx, cfg, app.Options{Logger: log, Version: buildVersion()})
 			if err != nil {
 				return err
 			}

@@ -27,6 +27,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/store/memory"
 	"github.com/toolsvc/toolsvc/internal/store/postgres"
+	"github.com/toolsvc/toolsvc/internal/telemetry"
 	"github.com/toolsvc/toolsvc/internal/tools"
 	"github.com/toolsvc/toolsvc/internal/tools/connectors"
 	"github.com/toolsvc/toolsvc/internal/tools/demo"
@@ -65,6 +66,11 @@ type Options struct {
 	// Env looks up the environment for the secrets store; nil means
 	// os.LookupEnv.
 	Env func(string) (string, bool)
+	// Version is this build's version, for telemetry (service.version).
+	Version string
+	// Telemetry, if set, is used instead of what the OTEL_* environment
+	// variables and metrics.listen ask for (tests). The App shuts it down.
+	Telemetry *telemetry.Telemetry
 }
 
 // App is a wired toolsvc: store, registry, health, executor, reaper and server.
@@ -77,6 +83,10 @@ type App struct {
 	tracker *health.Tracker
 	exec    *executor.Executor
 	server  *server.Server
+	// tel is the telemetry; nil when off.
+	tel *telemetry.Telemetry
+	// metricsLis is the Prometheus endpoint's listener, once opened.
+	metricsLis net.Listener
 	// reaped is closed when the reaper has stopped.
 	reaped chan struct{}
 
@@ -112,12 +122,22 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 		}
 	}()
 
+	if a.tel = opts.Telemetry; a.tel == nil {
+		if a.tel, err = telemetry.FromEnv(ctx, opts.Version, cfg.Metrics.Listen != "", log); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Metrics.Listen != "" && a.tel.MetricsHandler() == nil {
+		return nil, errors.New("metrics.listen is set but the telemetry given has no Prometheus endpoint")
+	}
+
 	if a.store, err = openStore(ctx, cfg, log); err != nil {
 		return nil, err
 	}
 	if opts.WrapStore != nil {
 		a.store = opts.WrapStore(a.store)
 	}
+	a.store = a.tel.WrapStore(a.store, cfg.StoreKind())
 
 	var providers []tools.Provider
 	if cfg.DemoToolsEnabled() {
@@ -170,6 +190,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 	if err := a.tracker.Start(runCtx); err != nil {
 		return nil, fmt.Errorf("health: %w", err)
 	}
+	if err := a.observe(); err != nil {
+		return nil, err
+	}
 	g, err := gate.New(cfg.Gate)
 	if err != nil {
 		return nil, fmt.Errorf("gate: %w", err)
@@ -177,7 +200,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 	a.exec, err = executor.New(executor.Options{
 		Store: a.store, Registry: a.reg, Gate: g, Policies: policy.New(a.store), Health: a.tracker,
 		Idempotency: cfg.Idempotency, ApprovalTTL: cfg.Approvals.TTL, PreviewTTL: cfg.Previews.TTL,
-		Now: opts.Now, Logger: log,
+		Now: opts.Now, Logger: log, Observer: a.tel.Observer(),
 		AuditDetailMaxBytes: cfg.Audit.DetailMaxBytes,
 	})
 	if err != nil {
@@ -216,6 +239,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 		ShutdownTimeout:        cfg.ShutdownTimeout,
 		ShutdownGrace:          cfg.ShutdownGrace,
 		AuditPageBytes:         cfg.Audit.PageBytes,
+		StatsHandler:           a.tel.StatsHandler(),
 	})
 	if err != nil {
 		return nil, err
@@ -302,11 +326,15 @@ func (a *App) logSync(source string, rep registry.SyncReport) {
 		"deleted", strings.Join(rep.Deleted, ","), "unchanged", len(rep.Unchanged))
 }
 
-// Listen opens the configured listen address. While authentication is off
+// Listen opens the configured listen address, and the operations port if
+// metrics.listen is set (Serve serves it). While authentication is off
 // the socket must be bound to a loopback address: the configuration is
 // checked for one, but a name such as localhost is only resolved here, and
 // may resolve to any address, so the bound socket is what is checked.
 func (a *App) Listen() (net.Listener, error) {
+	if err := a.listenMetrics(); err != nil {
+		return nil, err
+	}
 	lis, err := net.Listen("tcp", a.cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
@@ -342,11 +370,17 @@ func (a *App) Serve(ctx context.Context, lis net.Listener) error {
 	if ts, err := a.reg.List(ctx, "", 0); err == nil {
 		n = len(ts)
 	}
+	stopMetrics, err := a.serveMetrics()
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	defer stopMetrics()
 	a.log.Info("toolsvc serving",
 		"listen", lis.Addr().String(), "store", a.cfg.StoreKind(), "tools", n,
-		"demo_tools", a.cfg.DemoToolsEnabled())
+		"demo_tools", a.cfg.DemoToolsEnabled(), "tracing", a.tel.Tracing(), "metrics", a.tel.Metering())
 	a.logAccess()
-	err := a.server.Serve(ctx, lis)
+	err = a.server.Serve(ctx, lis)
 	// The gRPC server has stopped; Close (deferred) waits for outcomes
 	// still being recorded before it closes the store.
 	a.log.Info("toolsvc stopped")
@@ -402,6 +436,11 @@ func (a *App) Close() {
 		}
 		if a.store != nil {
 			a.store.Close()
+		}
+		a.closeMetricsListener()
+		// Last: the spans and metrics of everything above are flushed.
+		if err := a.tel.Shutdown(context.Background()); err != nil {
+			a.log.Warn("telemetry not flushed", "error", err.Error())
 		}
 	})
 }

@@ -94,6 +94,17 @@ type Config struct {
 	Idempotency idempotency.Config `mapstructure:"idempotency"`
 	// Secrets configures where connectors' credentials come from.
 	Secrets SecretsConfig `mapstructure:"secrets"`
+	// Metrics configures the operations port (Prometheus metrics, probes).
+	Metrics MetricsConfig `mapstructure:"metrics"`
+}
+
+// MetricsConfig configures the operations port. (Traces and OTLP metrics
+// are configured by the standard OTEL_* environment variables.)
+type MetricsConfig struct {
+	// Listen is the host:port serving GET /metrics and grpc.health.v1 for
+	// probes; empty means none. It serves no API, so it may listen beyond
+	// loopback.
+	Listen string `mapstructure:"listen"`
 }
 
 // SecretsConfig configures the secrets store. The environment
@@ -308,6 +319,13 @@ func (c *Config) Validate() error {
 	}
 	p.addErr("health", c.Health.Validate())
 	p.addErr("idempotency", c.Idempotency.Validate())
+	if c.Metrics.Listen != "" {
+		if _, port, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
+			p.add("metrics.listen", "want host:port (e.g. 127.0.0.1:9464 or :9464), got %q", c.Metrics.Listen)
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			p.add("metrics.listen", "port must be a number from 0 to 65535, got %q", port)
+		}
+	}
 	if len(p) > 0 {
 		return &Error{Problems: p}
 	}

@@ -32,6 +32,7 @@ const (
 	FlagLogFormat       = "log-format"
 	FlagShutdownTimeout = "shutdown-timeout"
 	FlagShutdownGrace   = "shutdown-grace"
+	FlagMetricsListen   = "metrics-listen"
 )
 
 // flagKeys maps flags to the keys they set.
@@ -45,6 +46,7 @@ var flagKeys = map[string]string{
 	FlagLogFormat:       "log.format",
 	FlagShutdownTimeout: "shutdown_timeout",
 	FlagShutdownGrace:   "shutdown_grace",
+	FlagMetricsListen:   "metrics.listen",
 }
 
 // RegisterFlags defines the flags of the common keys on fs. Their defaults
@@ -62,6 +64,7 @@ func RegisterFlags(fs *pflag.FlagSet) {
 	fs.String(FlagLogFormat, d.Log.Format, "log format: json or text")
 	fs.Duration(FlagShutdownTimeout, d.ShutdownTimeout, "how long in-flight calls may finish after SIGINT/SIGTERM")
 	fs.Duration(FlagShutdownGrace, d.ShutdownGrace, "after the shutdown timeout, how long the answers of aborted calls have to reach their callers")
+	fs.String(FlagMetricsListen, "", "operations port: Prometheus GET /metrics and grpc.health.v1 for probes, at this host:port (off when empty)")
 }
 
 // DatabaseURLFlag defines only --database-url on fs (for commands that need

@@ -57,6 +57,9 @@ type Options struct {
 	OverrunGrace time.Duration
 	Now          func() time.Time
 	Logger       *slog.Logger
+	// Observer, if set, is told about every call and tool execution
+	// (telemetry); nil costs nothing.
+	Observer Observer
 
 	// AuditDetailMaxBytes bounds the detail of each event of a call.
 	// Default audit.DefaultDetailMaxBytes.
@@ -238,11 +241,13 @@ type call struct {
 
 // Execute runs one call through the pipeline. Decisions the agent must act
 // on come back as a Response; caller and protocol problems as *fault.Error.
-func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) (*Response, error) {
+func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) (resp *Response, err error) {
+	c := &call{req: req, principal: p}
+	ctx, observed := e.observeCall(ctx, c)
+	defer func() { observed(resp, err) }()
 	if p == nil {
 		return nil, fault.NotAuthenticated("no principal")
 	}
-	c := &call{req: req, principal: p}
 
 	// The envelope: names, key, context ids, arguments.
 	if err := e.checkEnvelope(ctx, c); err != nil {

@@ -43,11 +43,11 @@ type recorded struct {
 //     the tool's result text and value is stored and answered;
 //   - the executor closed first: an error; the lease lapses and the reaper
 //     records UNKNOWN (the tool did run).
-func (e *Executor) persist(c *call, rec *store.Call, o finished) recorded {
+func (e *Executor) persist(base context.Context, c *call, rec *store.Call, o finished) recorded {
 	p := o.params
 	invalid := 0
 	for wait := retryMin; ; wait = min(2*wait, retryMax) {
-		ctx, cancel := context.WithTimeout(e.life, writeTimeout)
+		ctx, cancel := e.lifeContext(base)
 		_, err := e.st.FinishCall(ctx, p)
 		cancel()
 		switch {
@@ -55,7 +55,7 @@ func (e *Executor) persist(c *call, rec *store.Call, o finished) recorded {
 			o.commit()
 			return recorded{resp: o.resp, err: o.answer}
 		case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
-			r, err := e.readBack(rec, p, o)
+			r, err := e.readBack(base, rec, p, o)
 			if err == nil {
 				return r
 			}
@@ -82,8 +82,8 @@ func (e *Executor) persist(c *call, rec *store.Call, o finished) recorded {
 
 // readBack decides, from the stored record, what a FinishCall that found
 // the call in another state means.
-func (e *Executor) readBack(rec *store.Call, p store.FinishCallParams, o finished) (recorded, error) {
-	ctx, cancel := context.WithTimeout(e.life, writeTimeout)
+func (e *Executor) readBack(base context.Context, rec *store.Call, p store.FinishCallParams, o finished) (recorded, error) {
+	ctx, cancel := e.lifeContext(base)
 	defer cancel()
 	cur, err := e.st.GetCall(ctx, rec.ID)
 	if errors.Is(err, store.ErrNotFound) {

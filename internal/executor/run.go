@@ -215,7 +215,7 @@ func (e *Executor) execute(ctx context.Context, c *call, rec *store.Call, adm he
 		// the record lands before the lease lapses (or replaces the
 		// reaper's guess if it does not).
 		defer lease.Stop()
-		done <- e.persist(c, rec, o)
+		done <- e.persist(base, c, rec, o)
 	})
 	select {
 	case r := <-done:
@@ -239,6 +239,7 @@ func (e *Executor) invoke(base context.Context, c *call, rec *store.Call, deadli
 	defer cancel()
 	defer context.AfterFunc(e.aborted, cancel)()
 	tc := e.toolCall(c, rec.AttemptCount, deadline, lease.Heartbeat)
+	tctx, observed := e.observeTool(tctx, c, rec.AttemptCount)
 	start := time.Now()
 	allowed := deadline.Sub(start)
 	done := make(chan toolOutcome, 1)
@@ -273,6 +274,7 @@ func (e *Executor) invoke(base context.Context, c *call, rec *store.Call, deadli
 	out.elapsed = time.Since(start)
 	out.allowed = allowed
 	out.aborted = e.aborted.Err() != nil
+	observed(out)
 	return out
 }
 

@@ -22,6 +22,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/stats"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/auth"
@@ -87,6 +88,9 @@ type Options struct {
 	// AuditPageBytes bounds the encoded events of one ListAuditEvents page;
 	// 0 means DefaultAuditPageBytes.
 	AuditPageBytes int
+	// StatsHandler, if set, sees every RPC (telemetry: the server span that
+	// continues the caller's trace, and the RPC metrics).
+	StatsHandler stats.Handler
 }
 
 // Server is toolsvc's gRPC server.
@@ -185,7 +189,7 @@ func New(o Options) (*Server, error) {
 	}
 	lim := &limiter{faults: faults, maxSend: cfg.MaxSendMessageBytes, authz: authz}
 	k := cfg.Keepalive
-	s.grpc = grpc.NewServer(
+	opts := []grpc.ServerOption{
 		serverCredentials(o.TLS),
 		// The codec never fails a decode: it leaves the failure for the
 		// limiter, which answers it inside the error contract. gRPC's own
@@ -201,7 +205,11 @@ func New(o Options) (*Server, error) {
 		}),
 		grpc.ChainUnaryInterceptor(recoveryUnary(log), loggingUnary(log, s.observe), s.cancelOverdue, lim.unary(), authz.unary()),
 		grpc.ChainStreamInterceptor(recoveryStream(log), loggingStream(log, s.observe), lim.stream(), authz.stream()),
-	)
+	}
+	if o.StatsHandler != nil {
+		opts = append(opts, grpc.StatsHandler(o.StatsHandler))
+	}
+	s.grpc = grpc.NewServer(opts...)
 	toolsvcv1.RegisterRegistryServiceServer(s.grpc, &registryServer{reg: o.Registry})
 	toolsvcv1.RegisterToolExecutionServiceServer(s.grpc, &executionServer{ex: o.Executor})
 	toolsvcv1.RegisterApprovalServiceServer(s.grpc, &approvalServer{ex: o.Executor, st: o.Store, streams: s.streams})
@@ -214,6 +222,10 @@ func New(o Options) (*Server, error) {
 
 // GRPC returns the underlying server (to register more services before Serve).
 func (s *Server) GRPC() *grpc.Server { return s.grpc }
+
+// Health is the server's grpc.health.v1 service, to answer it on another
+// listener too (Kubernetes' gRPC probes speak neither TLS nor tokens).
+func (s *Server) Health() healthpb.HealthServer { return s.health }
 
 // Serve serves on lis until ctx ends, then drains: health turns NOT_SERVING,
 // new calls are refused, in-flight calls get up to the shutdown timeout to
