@@ -190,3 +190,69 @@ func waitServing(t *testing.T, addr string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestDocsLinks: every relative link in the README and docs/ points at a
+// file that exists and, with a #fragment, at a heading of that file.
+func TestDocsLinks(t *testing.T) {
+	root := filepath.Join("..", "..")
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages = append(pages, filepath.Join(root, "README.md"), filepath.Join(root, "BENCHMARKS.md"))
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for _, page := range pages {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inFence := false
+		for n, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "```") {
+				inFence = !inFence
+			}
+			if inFence {
+				continue
+			}
+			for _, m := range link.FindAllStringSubmatch(line, -1) {
+				target := m[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				file, frag, _ := strings.Cut(target, "#")
+				path := page
+				if file != "" {
+					path = filepath.Join(filepath.Dir(page), file)
+					if _, err := os.Stat(path); err != nil {
+						t.Errorf("%s:%d: link to %s: no such file", page, n+1, target)
+						continue
+					}
+				}
+				if frag != "" && strings.HasSuffix(path, ".md") && !hasAnchor(t, path, frag) {
+					t.Errorf("%s:%d: link to %s: no such heading", page, n+1, target)
+				}
+			}
+		}
+	}
+}
+
+// hasAnchor reports whether the markdown file has a heading whose GitHub
+// anchor is frag.
+func hasAnchor(t *testing.T, path, frag string) bool {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strip := regexp.MustCompile(`[^a-z0-9 _-]`)
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		h := strings.ToLower(strings.TrimSpace(strings.TrimLeft(line, "#")))
+		if strings.ReplaceAll(strip.ReplaceAllString(h, ""), " ", "-") == frag {
+			return true
+		}
+	}
+	return false
+}
