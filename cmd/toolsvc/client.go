@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -297,40 +296,52 @@ func (c *client) hint(st *status.Status) string {
 //	    tool.name: must match ^[a-z0-9_-]{1,64}$
 func printRPCStatus(w io.Writer, st *status.Status, hint string) {
 	fmt.Fprintln(w, wrapped(fmt.Sprintf("toolsvc: %s: %s", st.Code(), st.Message())))
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	var pairs [][2]string
 	var violations []*errdetails.BadRequest_FieldViolation
 	for _, d := range st.Details() {
 		switch d := d.(type) {
 		case *errdetails.ErrorInfo:
-			fmt.Fprintf(tw, "  reason:\t%s\n", d.GetReason())
+			pairs = append(pairs, [2]string{"reason", d.GetReason()})
 			if md := d.GetMetadata(); len(md) > 0 {
 				var kv []string
 				for _, k := range slices.Sorted(maps.Keys(md)) {
 					kv = append(kv, k+"="+md[k])
 				}
-				fmt.Fprintf(tw, "  metadata:\t%s\n", strings.Join(kv, ", "))
+				pairs = append(pairs, [2]string{"metadata", strings.Join(kv, ", ")})
 			}
 		case *errdetails.RetryInfo:
 			delay := d.GetRetryDelay().AsDuration()
 			if delay >= time.Second {
 				delay = delay.Round(time.Second)
 			}
-			fmt.Fprintf(tw, "  retry after:\t%s\n", delay)
+			pairs = append(pairs, [2]string{"retry after", delay.String()})
 		case *errdetails.BadRequest:
 			violations = append(violations, d.GetFieldViolations()...)
 		case proto.Message:
-			b, err := marshalJSON(d, false)
-			if err == nil {
-				fmt.Fprintf(tw, "  detail:\t%s", b)
+			if b, err := marshalJSON(d, false); err == nil {
+				pairs = append(pairs, [2]string{"detail", strings.TrimSpace(string(b))})
 			}
 		default:
-			fmt.Fprintf(tw, "  detail:\t%v\n", d)
+			pairs = append(pairs, [2]string{"detail", fmt.Sprint(d)})
 		}
 	}
 	if hint != "" {
-		fmt.Fprintf(tw, "  hint:\t%s\n", hint)
+		pairs = append(pairs, [2]string{"hint", hint})
 	}
-	tw.Flush()
+	width := 0
+	for _, p := range pairs {
+		width = max(width, len(p[0])+1)
+	}
+	pad := strings.Repeat(" ", 2+width+2)
+	for _, p := range pairs {
+		for i, line := range wrap(p[1], termWidth-len(pad)) {
+			if i == 0 {
+				fmt.Fprintf(w, "  %-*s  %s\n", width, p[0]+":", line)
+			} else {
+				fmt.Fprintf(w, "%s%s\n", pad, line)
+			}
+		}
+	}
 	if len(violations) > 0 {
 		fmt.Fprintf(w, "  field violations (%d):\n", len(violations))
 		for _, v := range violations {
