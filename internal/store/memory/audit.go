@@ -75,6 +75,10 @@ func (st *state) validEventTime(e timed[int64]) bool {
 // it once deleted records are half of it.
 func (st *state) deleteEventAt(i int) {
 	delete(st.auditIDs, st.audit[i].id())
+	st.auditIDsGone++
+	if st.auditIDsGone > len(st.auditIDs)+1024 {
+		st.auditIDs, st.auditIDsGone = rebuild(st.auditIDs), 0
+	}
 	st.audit[i] = auditRec{seq: st.audit[i].seq}
 	st.auditDead++
 	for st.auditHead < len(st.audit) && st.audit[st.auditHead].deleted() {
@@ -82,8 +86,8 @@ func (st *state) deleteEventAt(i int) {
 		st.auditHead++
 		st.auditDead--
 	}
-	if n := len(st.audit); st.auditHead+st.auditDead > n/2+512 {
-		kept := make([]auditRec, 0, st.auditLen()+st.auditLen()/4)
+	if n := len(st.audit); st.auditHead+st.auditDead > n/4+512 {
+		kept := make([]auditRec, 0, st.auditLen()+st.auditLen()/8)
 		for _, r := range st.audit[st.auditHead:] {
 			if !r.deleted() {
 				kept = append(kept, r)

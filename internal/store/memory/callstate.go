@@ -129,6 +129,11 @@ func (st *state) deleteCall(tx *tx, r *callRec) {
 	}
 	st.count(r.class, -1)
 	r.class = 0
+	// Go maps keep their size when emptied: once as many records have been
+	// deleted as remain, the maps are rebuilt at the size they need.
+	if st.callsGone++; st.callsGone > len(st.calls)+1024 {
+		st.calls, st.callKeys, st.callsGone = rebuild(st.calls), rebuild(st.callKeys), 0
+	}
 	for _, aid := range st.parkedApprovals[id] {
 		if _, ok := st.approvals[aid]; ok {
 			delete(st.approvals, aid)

@@ -180,3 +180,13 @@ func (q *evictQueue) compact(live int, valid func(queued) bool) {
 	}
 	q.q, q.head = kept, 0
 }
+
+// rebuild copies m into a map sized for what it holds (maps.Clone would
+// keep the room of the entries deleted from m).
+func rebuild[K comparable, V any](m map[K]V) map[K]V {
+	n := make(map[K]V, len(m))
+	for k, v := range m {
+		n[k] = v
+	}
+	return n
+}

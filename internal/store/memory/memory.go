@@ -41,8 +41,8 @@ type callKey struct {
 
 // Defaults of the store's bounds (see WithMaxCalls, WithMaxAuditEvents).
 const (
-	DefaultMaxCalls       = 100_000
-	DefaultMaxAuditEvents = 200_000
+	DefaultMaxCalls       = 20_000
+	DefaultMaxAuditEvents = 40_000
 )
 
 // Option configures a Store.
@@ -89,12 +89,15 @@ type state struct {
 
 	// The audit trail in Seq order: audit[auditHead:] holds every event
 	// kept, and deleted ones awaiting compaction (auditDead of them).
-	audit      []auditRec
-	auditHead  int
-	auditDead  int
-	auditIDs   map[string]struct{}
-	auditTimes timeIndex[int64] // Seq by time
-	seq        int64
+	audit     []auditRec
+	auditHead int
+	auditDead int
+	auditIDs  map[string]struct{}
+	// auditIDsGone and callsGone count deletions since the maps were
+	// last rebuilt.
+	auditIDsGone, callsGone int
+	auditTimes              timeIndex[int64] // Seq by time
+	seq                     int64
 	// eventTypes numbers the audit event types seen (callRec.events).
 	eventTypes map[string]int
 
