@@ -264,7 +264,7 @@ func newSecretsStore(c config.SecretsConfig, env func(string) (string, bool)) (s
 // openStore opens the configured store.
 func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (store.Store, error) {
 	if cfg.DatabaseURL == "" {
-		return memory.New(), nil
+		return memory.New(memory.WithMaxCalls(cfg.Memory.MaxCalls), memory.WithMaxAuditEvents(cfg.Memory.MaxAuditEvents)), nil
 	}
 	pg, err := postgres.Open(ctx, cfg.DatabaseURL)
 	if err != nil {

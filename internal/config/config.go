@@ -24,6 +24,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/idempotency"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/server"
+	"github.com/toolsvc/toolsvc/internal/store/memory"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
@@ -96,6 +97,19 @@ type Config struct {
 	Secrets SecretsConfig `mapstructure:"secrets"`
 	// Metrics configures the operations port (Prometheus metrics, probes).
 	Metrics MetricsConfig `mapstructure:"metrics"`
+	// Memory bounds the in-memory store (used without database_url).
+	Memory MemoryConfig `mapstructure:"memory"`
+}
+
+// MemoryConfig bounds what the in-memory store keeps, so that a long-running
+// process stays within a fixed size whatever the retention settings.
+type MemoryConfig struct {
+	// MaxCalls bounds the call records kept: past it the oldest finished
+	// ones are forgotten, and their keys may run again. 0: no bound.
+	MaxCalls int `mapstructure:"max_calls"`
+	// MaxAuditEvents bounds the audit events kept: past it the oldest are
+	// deleted. 0: no bound.
+	MaxAuditEvents int `mapstructure:"max_audit_events"`
 }
 
 // MetricsConfig configures the operations port. (Traces and OTLP metrics
@@ -180,6 +194,7 @@ func Default() *Config {
 		Gate:            gate.DefaultConfig(),
 		Health:          health.DefaultConfig(),
 		Idempotency:     idempotency.DefaultConfig(),
+		Memory:          MemoryConfig{MaxCalls: memory.DefaultMaxCalls, MaxAuditEvents: memory.DefaultMaxAuditEvents},
 	}
 }
 
@@ -319,6 +334,12 @@ func (c *Config) Validate() error {
 	}
 	p.addErr("health", c.Health.Validate())
 	p.addErr("idempotency", c.Idempotency.Validate())
+	if c.Memory.MaxCalls < 0 {
+		p.add("memory.max_calls", "must not be negative (0: no bound), not %d", c.Memory.MaxCalls)
+	}
+	if c.Memory.MaxAuditEvents < 0 {
+		p.add("memory.max_audit_events", "must not be negative (0: no bound), not %d", c.Memory.MaxAuditEvents)
+	}
 	if c.Metrics.Listen != "" {
 		if _, port, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
 			p.add("metrics.listen", "want host:port (e.g. 127.0.0.1:9464 or :9464), got %q", c.Metrics.Listen)

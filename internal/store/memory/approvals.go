@@ -85,11 +85,12 @@ func (s *Store) ResolveApproval(ctx context.Context, p store.ResolveApprovalPara
 		a.Comment = p.Comment
 		a.ResolvedAt = now
 		if p.State == store.ApprovalDenied {
-			if c := st.calls[a.CallID]; c != nil && c.State == store.CallAwaitingApproval && c.ApprovalID == a.ID {
+			if r, c := st.call(a.CallID); r != nil && c.State == store.CallAwaitingApproval && c.ApprovalID == a.ID {
 				c.State = store.CallDenied
 				c.Result = result
 				c.UpdatedAt = now
 				c.ExpiresAt = normTime(p.CallExpiresAt)
+				st.save(r, c)
 			}
 		}
 		st.appendEvents(events)

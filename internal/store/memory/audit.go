@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -26,25 +27,74 @@ func (st *state) checkEvents(events []*store.AuditEvent) error {
 	return nil
 }
 
-// appendEvents appends checked events, assigning Seq.
+// appendEvents appends checked events, assigning Seq, then deletes the
+// oldest events past the bound.
 func (st *state) appendEvents(events []*store.AuditEvent) {
 	for _, e := range events {
 		st.seq++
 		e.Seq = st.seq
-		st.audit = append(st.audit, e)
-		st.auditIDs[e.ID] = struct{}{}
-	}
-}
-
-// hasEvent reports whether an event of type typ was appended for callID.
-// It scans the trail from the newest event: for rare checks only.
-func (st *state) hasEvent(callID, typ string) bool {
-	for i := len(st.audit) - 1; i >= 0; i-- {
-		if e := st.audit[i]; e.CallID == callID && e.Type == typ {
-			return true
+		r := newAuditRec(e, st.seq)
+		st.audit = append(st.audit, r)
+		st.auditIDs[r.id()] = struct{}{}
+		st.auditTimes.push(r.time, r.seq)
+		if e.CallID != "" {
+			st.markEvent(e.CallID, e.Type)
 		}
 	}
-	return false
+	if len(events) == 0 {
+		return
+	}
+	if st.maxAudit > 0 {
+		for st.auditLen() > st.maxAudit {
+			st.deleteEventAt(st.auditHead)
+		}
+	}
+	st.auditTimes.compact(st.auditLen(), st.validEventTime)
+}
+
+// auditLen is how many events the trail holds.
+func (st *state) auditLen() int {
+	return len(st.audit) - st.auditHead - st.auditDead
+}
+
+// eventIndex returns the index in st.audit of the first record with a Seq
+// above seq.
+func (st *state) eventIndex(seq int64) int {
+	return st.auditHead + sort.Search(len(st.audit)-st.auditHead, func(i int) bool {
+		return st.audit[st.auditHead+i].seq > seq
+	})
+}
+
+func (st *state) validEventTime(e timed[int64]) bool {
+	i := st.eventIndex(e.key - 1)
+	return i < len(st.audit) && st.audit[i].seq == e.key && !st.audit[i].deleted()
+}
+
+// deleteEventAt deletes the event at index i of st.audit, which must hold
+// one, then drops deleted records from the front of the trail, and compacts
+// it once deleted records are half of it.
+func (st *state) deleteEventAt(i int) {
+	delete(st.auditIDs, st.audit[i].id())
+	st.auditIDsGone++
+	if st.auditIDsGone > len(st.auditIDs)+1024 {
+		st.auditIDs, st.auditIDsGone = rebuild(st.auditIDs), 0
+	}
+	st.audit[i] = auditRec{seq: st.audit[i].seq}
+	st.auditDead++
+	for st.auditHead < len(st.audit) && st.audit[st.auditHead].deleted() {
+		st.audit[st.auditHead] = auditRec{}
+		st.auditHead++
+		st.auditDead--
+	}
+	if n := len(st.audit); st.auditHead+st.auditDead > n/4+512 {
+		kept := make([]auditRec, 0, st.auditLen()+st.auditLen()/8)
+		for _, r := range st.audit[st.auditHead:] {
+			if !r.deleted() {
+				kept = append(kept, r)
+			}
+		}
+		st.audit, st.auditHead, st.auditDead = kept, 0, 0
+	}
 }
 
 // AppendAuditEvents implements store.AuditStore.
@@ -70,14 +120,14 @@ func (s *Store) ListAuditEvents(ctx context.Context, f store.AuditFilter) ([]*st
 	start, end := normTime(f.Start), normTime(f.End)
 	var out []*store.AuditEvent
 	err := s.read(ctx, func(st *state) error {
-		// The trail is in Seq order; skip to the first event after AfterSeq.
-		i := sort.Search(len(st.audit), func(i int) bool { return st.audit[i].Seq > f.AfterSeq })
 		total := 0
-		for _, e := range st.audit[i:] {
-			if !matchEvent(e, &f, start, end) {
+		for i := st.eventIndex(f.AfterSeq); i < len(st.audit); i++ {
+			r := &st.audit[i]
+			if r.deleted() || !matchEvent(r, &f, start, end) {
 				continue
 			}
-			out = append(out, cloneEvent(e))
+			e := r.event()
+			out = append(out, e)
 			if f.Limit > 0 && len(out) == f.Limit {
 				break
 			}
@@ -92,7 +142,8 @@ func (s *Store) ListAuditEvents(ctx context.Context, f store.AuditFilter) ([]*st
 	return out, err
 }
 
-// DeleteAuditEventsBefore implements store.AuditStore.
+// DeleteAuditEventsBefore implements store.AuditStore. Events go oldest
+// first, found through the time index.
 func (s *Store) DeleteAuditEventsBefore(ctx context.Context, before time.Time, limit int) (int, error) {
 	if limit < 0 {
 		return 0, fmt.Errorf("negative limit: %w", store.ErrInvalid)
@@ -101,45 +152,88 @@ func (s *Store) DeleteAuditEventsBefore(ctx context.Context, before time.Time, l
 	deleted := 0
 	err := s.write(ctx, func(tx *tx) error {
 		st := tx.st
-		var old []*store.AuditEvent
-		for _, e := range st.audit {
-			if e.Time.Before(before) {
-				old = append(old, e)
-			}
+		due := st.auditTimes.due(micros(before), limit, dueOnce(st.validEventTime))
+		for _, d := range due {
+			st.deleteEventAt(st.eventIndex(d.key - 1))
 		}
-		if len(old) == 0 {
-			return nil
-		}
-		// Oldest first, as Postgres deletes them.
-		slices.SortStableFunc(old, func(a, b *store.AuditEvent) int { return a.Time.Compare(b.Time) })
-		if limit > 0 && len(old) > limit {
-			old = old[:limit]
-		}
-		gone := make(map[*store.AuditEvent]bool, len(old))
-		for _, e := range old {
-			gone[e] = true
-			delete(st.auditIDs, e.ID)
-		}
-		st.audit = slices.DeleteFunc(st.audit, func(e *store.AuditEvent) bool { return gone[e] })
-		deleted = len(old)
+		deleted = len(due)
 		return nil
 	})
 	return deleted, err
 }
 
-func matchEvent(e *store.AuditEvent, f *store.AuditFilter, start, end time.Time) bool {
+func matchEvent(r *auditRec, f *store.AuditFilter, start, end time.Time) bool {
 	switch {
-	case len(f.Types) > 0 && !slices.Contains(f.Types, e.Type),
-		f.CallID != "" && e.CallID != f.CallID,
-		f.TraceID != "" && e.TraceID != f.TraceID,
-		f.TaskID != "" && e.TaskID != f.TaskID,
-		f.Principal != "" && e.Principal != f.Principal,
-		f.Tool != "" && e.Tool != f.Tool,
-		!start.IsZero() && e.Time.Before(start),
-		!end.IsZero() && !e.Time.Before(end):
+	case len(f.Types) > 0 && !slices.Contains(f.Types, r.str(afType)),
+		f.CallID != "" && r.str(afCallID) != f.CallID,
+		f.TraceID != "" && r.str(afTraceID) != f.TraceID,
+		f.TaskID != "" && r.str(afTaskID) != f.TaskID,
+		f.Principal != "" && r.str(afPrincipal) != f.Principal,
+		f.Tool != "" && r.str(afTool) != f.Tool,
+		!start.IsZero() && r.time < micros(start),
+		!end.IsZero() && r.time >= micros(end):
 		return false
 	}
 	return true
+}
+
+// histKey names a task's history: its principal and task.
+type histKey struct {
+	principal, task string
+}
+
+// histBucket is one task's history in the order it was written; deleted
+// entries await compaction (dead of them).
+type histBucket struct {
+	key  histKey
+	recs []histRec
+	dead int
+}
+
+// histRef locates a task history entry.
+type histRef struct {
+	bucket *histBucket
+	seq    int64
+}
+
+// addHistory stores h, an entry of the call r.
+func (st *state) addHistory(r *callRec, h *store.TaskHistoryEntry) {
+	k := histKey{h.PrincipalID, h.TaskID}
+	b := st.history[k]
+	if b == nil {
+		b = &histBucket{key: k}
+		st.history[k] = b
+	}
+	st.histSeq++
+	hr := histRec{seq: st.histSeq, at: micros(h.At)}
+	hr.text = packText(hr.ends[:], h.CallID, h.Tool, h.Action, h.Resource)
+	b.recs = append(b.recs, hr)
+	if r.histSeq == 0 {
+		r.hist, r.histSeq = b, st.histSeq
+	} else {
+		id := r.id()
+		st.extraHistory[id] = append(st.extraHistory[id], histRef{b, st.histSeq})
+	}
+}
+
+// deleteHistory deletes the entry seq of bucket b.
+func (st *state) deleteHistory(b *histBucket, seq int64) {
+	i, ok := slices.BinarySearchFunc(b.recs, seq, func(r histRec, seq int64) int {
+		return cmp.Compare(r.seq, seq)
+	})
+	if !ok || b.recs[i].deleted() {
+		return
+	}
+	b.recs[i] = histRec{}
+	b.dead++
+	switch {
+	case b.dead == len(b.recs):
+		delete(st.history, b.key)
+		b.recs, b.dead = nil, 0
+	case b.dead > len(b.recs)/2+64:
+		b.recs = slices.DeleteFunc(b.recs, func(r histRec) bool { return r.deleted() })
+		b.dead = 0
+	}
 }
 
 // ListTaskHistory implements store.TaskHistoryStore.
@@ -152,14 +246,22 @@ func (s *Store) ListTaskHistory(ctx context.Context, f store.TaskHistoryFilter) 
 	}
 	var out []store.TaskHistoryEntry
 	err := s.read(ctx, func(st *state) error {
-		for _, h := range st.history {
-			if h.PrincipalID != f.PrincipalID || h.TaskID != f.TaskID ||
-				(f.Tool != "" && h.Tool != f.Tool) ||
-				(len(f.Actions) > 0 && !slices.Contains(f.Actions, h.Action)) ||
-				(f.Resource != "" && h.Resource != f.Resource) {
+		b := st.history[histKey{f.PrincipalID, f.TaskID}]
+		if b == nil {
+			return nil
+		}
+		for i := range b.recs {
+			h := &b.recs[i]
+			if h.deleted() ||
+				(f.Tool != "" && h.str(hfTool) != f.Tool) ||
+				(len(f.Actions) > 0 && !slices.Contains(f.Actions, h.str(hfAction))) ||
+				(f.Resource != "" && h.str(hfResource) != f.Resource) {
 				continue
 			}
-			out = append(out, *h)
+			out = append(out, store.TaskHistoryEntry{
+				PrincipalID: b.key.principal, TaskID: b.key.task, CallID: h.str(hfCallID),
+				Tool: h.str(hfTool), Action: h.str(hfAction), Resource: h.str(hfResource), At: fromMicros(h.at),
+			})
 			if f.Limit > 0 && len(out) == f.Limit {
 				break
 			}

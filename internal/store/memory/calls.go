@@ -1,7 +1,6 @@
 package memory
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,11 +14,11 @@ import (
 func (s *Store) GetCall(ctx context.Context, id string) (*store.Call, error) {
 	var out *store.Call
 	err := s.read(ctx, func(st *state) error {
-		c, ok := st.calls[id]
+		r, ok := st.calls[id]
 		if !ok {
 			return fmt.Errorf("call %q: %w", id, store.ErrNotFound)
 		}
-		out = cloneCall(c)
+		out = r.call()
 		return nil
 	})
 	return out, err
@@ -29,11 +28,11 @@ func (s *Store) GetCall(ctx context.Context, id string) (*store.Call, error) {
 func (s *Store) GetCallByKey(ctx context.Context, principalID, key string) (*store.Call, error) {
 	var out *store.Call
 	err := s.read(ctx, func(st *state) error {
-		id, ok := st.callKeys[callKey{principalID, key}]
+		r, ok := st.callKeys[callKey{principalID, key}]
 		if !ok {
 			return fmt.Errorf("call of principal %q with key %q: %w", principalID, key, store.ErrNotFound)
 		}
-		out = cloneCall(st.calls[id])
+		out = r.call()
 		return nil
 	})
 	return out, err
@@ -94,13 +93,16 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 	err = s.write(ctx, func(tx *tx) error {
 		st := tx.st
 		key := callKey{call.PrincipalID, call.IdempotencyKey}
-		var held *store.Call
-		if id, ok := st.callKeys[key]; ok {
-			held = st.calls[id]
-			if held.State != store.CallReleased || held.Fingerprint != call.Fingerprint {
-				out = cloneCall(held)
+		var (
+			heldRec *callRec
+			held    *store.Call
+		)
+		if r, ok := st.callKeys[key]; ok {
+			if r.state() != store.CallReleased || r.str(cfFingerprint) != call.Fingerprint {
+				out = r.call()
 				return nil
 			}
+			heldRec, held = r, r.call()
 		}
 		if held == nil {
 			if _, ok := st.calls[call.ID]; ok {
@@ -137,17 +139,29 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 			return err
 		}
 
-		st.calls[call.ID] = call
-		st.callKeys[key] = call.ID
+		if heldRec != nil {
+			st.save(heldRec, call)
+		} else {
+			st.insertCall(call)
+		}
 		if approval != nil {
 			st.approvals[approval.ID] = approval
+			st.parkedApprovals[call.ID] = append(st.parkedApprovals[call.ID], approval.ID)
+			st.approvalsDue.push(micros(approval.ExpiresAt), approval.ID)
+			st.approvalsDue.compact(len(st.approvals), st.validApprovalExpiry)
 			tx.notify(store.TopicApprovals, approval.ID)
 		}
 		if preview != nil {
 			st.previews[preview.Token] = preview
+			st.parkedPreviews[call.ID] = append(st.parkedPreviews[call.ID], preview.Token)
+			st.previewsDue.push(micros(preview.ExpiresAt), preview.Token)
+			st.previewsDue.compact(len(st.previews), st.validPreviewExpiry)
 		}
 		st.appendEvents(events)
-		out, claimed = cloneCall(call), true
+		if heldRec == nil {
+			st.enforceCallBound(tx)
+		}
+		out, claimed = call, true
 		return nil
 	})
 	if err != nil {
@@ -183,8 +197,8 @@ func (s *Store) StartParkedCall(ctx context.Context, p store.StartParkedCallPara
 	var out *store.Call
 	err = s.write(ctx, func(tx *tx) error {
 		st := tx.st
-		c, ok := st.calls[p.CallID]
-		if !ok {
+		r, c := st.call(p.CallID)
+		if r == nil {
 			return fmt.Errorf("call %q: %w", p.CallID, store.ErrNotFound)
 		}
 		var (
@@ -232,8 +246,9 @@ func (s *Store) StartParkedCall(ctx context.Context, p store.StartParkedCallPara
 		c.UpdatedAt = now
 		c.AttemptCount++
 		c.ClaimToken = p.ClaimToken
+		st.save(r, c)
 		st.appendEvents(events)
-		out = cloneCall(c)
+		out = c
 		return nil
 	})
 	return out, err
@@ -245,14 +260,17 @@ func (s *Store) RenewCallLease(ctx context.Context, callID string, attempt int, 
 		return fmt.Errorf("renewing a lease needs a lease: %w", store.ErrInvalid)
 	}
 	return s.write(ctx, func(tx *tx) error {
-		c, ok := tx.st.calls[callID]
-		if !ok {
+		r := tx.st.calls[callID]
+		if r == nil {
 			return fmt.Errorf("call %q: %w", callID, store.ErrNotFound)
 		}
-		if c.State != store.CallInProgress || c.AttemptCount != attempt {
-			return fmt.Errorf("call %q is %s at attempt %d, lease of attempt %d lost: %w", callID, c.State, c.AttemptCount, attempt, store.ErrConflict)
+		if r.state() != store.CallInProgress || int(r.attempt) != attempt {
+			return fmt.Errorf("call %q is %s at attempt %d, lease of attempt %d lost: %w", callID, r.state(), r.attempt, attempt, store.ErrConflict)
 		}
-		c.LeaseExpiresAt = normTime(now.Add(lease))
+		// Only the lease changes: no need to re-pack the record.
+		old := r.lease
+		r.lease = micros(normTime(now.Add(lease)))
+		tx.st.reindex(r, old, r.expires, r.class)
 		return nil
 	})
 }
@@ -284,8 +302,8 @@ func (s *Store) FinishCall(ctx context.Context, p store.FinishCallParams) (*stor
 	var out *store.Call
 	err = s.write(ctx, func(tx *tx) error {
 		st := tx.st
-		c, ok := st.calls[p.CallID]
-		if !ok {
+		r, c := st.call(p.CallID)
+		if r == nil {
 			return fmt.Errorf("call %q: %w", p.CallID, store.ErrNotFound)
 		}
 		running := c.State == store.CallInProgress
@@ -318,14 +336,15 @@ func (s *Store) FinishCall(ctx context.Context, p store.FinishCallParams) (*stor
 		c.UpdatedAt = normTime(p.Now)
 		c.ExpiresAt = normTime(p.ExpiresAt)
 		c.LeaseExpiresAt = time.Time{}
+		st.save(r, c)
 		st.appendEvents(events)
 		if history != nil {
-			st.history = append(st.history, history)
+			st.addHistory(r, history)
 		}
 		if health != nil {
 			health.commit(tx)
 		}
-		out = cloneCall(c)
+		out = c
 		return nil
 	})
 	return out, err
@@ -347,11 +366,13 @@ func (s *Store) ReleaseClaim(ctx context.Context, p store.ReleaseClaimParams) (*
 	var out *store.Call
 	err = s.write(ctx, func(tx *tx) error {
 		st := tx.st
-		id, ok := st.callKeys[callKey{p.PrincipalID, p.IdempotencyKey}]
-		c := st.calls[id]
-		if !ok || c == nil || c.ClaimToken != p.Token ||
-			!(c.State == store.CallInProgress || (c.State == store.CallUnknown && c.ResolvedBy == "" &&
-				!st.hasEvent(c.ID, p.AnsweredEvent))) {
+		r := st.callKeys[callKey{p.PrincipalID, p.IdempotencyKey}]
+		if r == nil || r.str(cfClaimToken) != p.Token {
+			return fmt.Errorf("no reservation of key %q with that token to give back: %w", p.IdempotencyKey, store.ErrNotFound)
+		}
+		c := r.call()
+		if !(c.State == store.CallInProgress || (c.State == store.CallUnknown && c.ResolvedBy == "" &&
+			!st.hasEvent(r, p.AnsweredEvent))) {
 			return fmt.Errorf("no reservation of key %q with that token to give back: %w", p.IdempotencyKey, store.ErrNotFound)
 		}
 		for _, e := range events {
@@ -365,8 +386,9 @@ func (s *Store) ReleaseClaim(ctx context.Context, p store.ReleaseClaimParams) (*
 		c.UpdatedAt = normTime(p.Now)
 		c.ExpiresAt = normTime(p.ExpiresAt)
 		c.LeaseExpiresAt = time.Time{}
+		st.save(r, c)
 		st.appendEvents(events)
-		out = cloneCall(c)
+		out = c
 		return nil
 	})
 	if err != nil {
@@ -390,8 +412,8 @@ func (s *Store) ReleaseParkedCall(ctx context.Context, p store.ReleaseParkedCall
 	var out *store.Call
 	err = s.write(ctx, func(tx *tx) error {
 		st := tx.st
-		c, ok := st.calls[p.CallID]
-		if !ok {
+		r, c := st.call(p.CallID)
+		if r == nil {
 			return fmt.Errorf("call %q: %w", p.CallID, store.ErrNotFound)
 		}
 		if c.State != p.From {
@@ -410,8 +432,9 @@ func (s *Store) ReleaseParkedCall(ctx context.Context, p store.ReleaseParkedCall
 		c.State = store.CallReleased
 		c.UpdatedAt = normTime(p.Now)
 		c.ExpiresAt = normTime(p.ExpiresAt)
+		st.save(r, c)
 		st.appendEvents(events)
-		out = cloneCall(c)
+		out = c
 		return nil
 	})
 	return out, err
@@ -433,8 +456,8 @@ func (s *Store) ResolveCall(ctx context.Context, p store.ResolveCallParams) (*st
 	var out *store.Call
 	err = s.write(ctx, func(tx *tx) error {
 		st := tx.st
-		c, ok := st.calls[p.CallID]
-		if !ok {
+		r, c := st.call(p.CallID)
+		if r == nil {
 			return fmt.Errorf("call %q: %w", p.CallID, store.ErrNotFound)
 		}
 		if c.State != store.CallUnknown {
@@ -449,15 +472,16 @@ func (s *Store) ResolveCall(ctx context.Context, p store.ResolveCallParams) (*st
 		c.ResolutionComment = p.Comment
 		c.UpdatedAt = normTime(p.Now)
 		c.ExpiresAt = normTime(p.ExpiresAt)
+		st.save(r, c)
 		st.appendEvents(events)
-		out = cloneCall(c)
+		out = c
 		return nil
 	})
 	return out, err
 }
 
 // ReapExpiredLeases implements store.CallStore. Calls are reaped oldest
-// lease first.
+// lease first, found through the lease index.
 func (s *Store) ReapExpiredLeases(ctx context.Context, p store.ReapParams) ([]*store.Call, error) {
 	if p.Limit < 0 {
 		return nil, fmt.Errorf("negative limit: %w", store.ErrInvalid)
@@ -470,18 +494,18 @@ func (s *Store) ReapExpiredLeases(ctx context.Context, p store.ReapParams) ([]*s
 	var out []*store.Call
 	err = s.write(ctx, func(tx *tx) error {
 		st := tx.st
-		due := dueFirst(st.calls, p.Limit, func(c *store.Call) (time.Time, bool) {
-			return c.LeaseExpiresAt, c.State == store.CallInProgress && c.LeaseExpiresAt.Before(now)
-		})
+		due := st.leases.due(micros(now), p.Limit, dueOnce(st.validLease))
 		// Decide everything (and check the events) before changing anything.
 		type reap struct {
+			rec    *callRec
 			call   *store.Call
 			events []*store.AuditEvent
 		}
 		reaps := make([]reap, 0, len(due))
 		var all []*store.AuditEvent
-		for _, c := range due {
-			after := cloneCall(c)
+		for _, d := range due {
+			r := st.calls[d.key]
+			after := r.call()
 			after.State = store.CallUnknown
 			after.Result = cloneResult(result)
 			after.UpdatedAt = now
@@ -491,23 +515,35 @@ func (s *Store) ReapExpiredLeases(ctx context.Context, p store.ReapParams) ([]*s
 			if p.EventsFor != nil {
 				var err error
 				if events, err = importEvents(p.EventsFor(cloneCall(after))); err != nil {
+					st.leases.restore(due)
 					return err
 				}
 			}
-			reaps = append(reaps, reap{after, events})
+			reaps = append(reaps, reap{r, after, events})
 			all = append(all, events...)
 		}
 		if err := st.checkEvents(all); err != nil {
+			st.leases.restore(due)
 			return err
 		}
 		for _, r := range reaps {
-			st.calls[r.call.ID] = r.call
+			st.save(r.rec, r.call)
 			st.appendEvents(r.events)
-			out = append(out, cloneCall(r.call))
+			out = append(out, r.call)
 		}
 		return nil
 	})
 	return out, err
+}
+
+func (st *state) validApprovalExpiry(e timed[string]) bool {
+	a := st.approvals[e.key]
+	return a != nil && (a.State == store.ApprovalPending || a.State == store.ApprovalApproved) && micros(a.ExpiresAt) == e.at
+}
+
+func (st *state) validPreviewExpiry(e timed[string]) bool {
+	pv := st.previews[e.key]
+	return pv != nil && pv.State == store.PreviewPending && micros(pv.ExpiresAt) == e.at
 }
 
 // ExpireApprovals implements store.CallStore. Approvals and previews expire
@@ -521,12 +557,12 @@ func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) (*sto
 	var out store.ExpireResult
 	err := s.write(ctx, func(tx *tx) error {
 		st := tx.st
-		approvals := dueFirst(st.approvals, p.Limit, func(a *store.Approval) (time.Time, bool) {
-			return a.ExpiresAt, (a.State == store.ApprovalPending || a.State == store.ApprovalApproved) && a.ExpiresAt.Before(now)
-		})
-		previews := dueFirst(st.previews, p.Limit, func(pv *store.Preview) (time.Time, bool) {
-			return pv.ExpiresAt, pv.State == store.PreviewPending && pv.ExpiresAt.Before(now)
-		})
+		dueApprovals := st.approvalsDue.due(micros(now), p.Limit, dueOnce(st.validApprovalExpiry))
+		duePreviews := st.previewsDue.due(micros(now), p.Limit, dueOnce(st.validPreviewExpiry))
+		undo := func() {
+			st.approvalsDue.restore(dueApprovals)
+			st.previewsDue.restore(duePreviews)
+		}
 
 		// Decide everything (and check the events) before changing anything.
 		type approvalExpiry struct {
@@ -537,29 +573,31 @@ func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) (*sto
 			preview *store.Preview
 			events  []*store.AuditEvent
 		}
-		approvalExpiries := make([]approvalExpiry, 0, len(approvals))
-		previewExpiries := make([]previewExpiry, 0, len(previews))
+		approvalExpiries := make([]approvalExpiry, 0, len(dueApprovals))
+		previewExpiries := make([]previewExpiry, 0, len(duePreviews))
 		var all []*store.AuditEvent
-		for _, a := range approvals {
-			after := cloneApproval(a)
+		for _, d := range dueApprovals {
+			after := cloneApproval(st.approvals[d.key])
 			after.State = store.ApprovalExpired
 			var events []*store.AuditEvent
 			if p.EventsFor != nil {
 				var err error
 				if events, err = importEvents(p.EventsFor(cloneApproval(after))); err != nil {
+					undo()
 					return err
 				}
 			}
 			approvalExpiries = append(approvalExpiries, approvalExpiry{after, events})
 			all = append(all, events...)
 		}
-		for _, pv := range previews {
-			after := clonePreview(pv)
+		for _, d := range duePreviews {
+			after := clonePreview(st.previews[d.key])
 			after.State = store.PreviewExpired
 			var events []*store.AuditEvent
 			if p.PreviewEventsFor != nil {
 				var err error
 				if events, err = importEvents(p.PreviewEventsFor(clonePreview(after))); err != nil {
+					undo()
 					return err
 				}
 			}
@@ -567,17 +605,19 @@ func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) (*sto
 			all = append(all, events...)
 		}
 		if err := st.checkEvents(all); err != nil {
+			undo()
 			return err
 		}
 
 		release := func(callID string, from store.CallState, matches func(*store.Call) bool) {
-			c := st.calls[callID]
-			if c == nil || c.State != from || !matches(c) {
+			r, c := st.call(callID)
+			if r == nil || c.State != from || !matches(c) {
 				return
 			}
 			c.State = store.CallReleased
 			c.UpdatedAt = now
 			c.ExpiresAt = retain
+			st.save(r, c)
 		}
 		for _, e := range approvalExpiries {
 			st.approvals[e.approval.ID] = e.approval
@@ -601,8 +641,8 @@ func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) (*sto
 }
 
 // DeleteExpiredCalls implements store.CallStore. A call without ExpiresAt
-// never expires. Calls go earliest expiry first; their task history goes
-// with them.
+// never expires. Calls go earliest expiry first, found through the
+// retention index; their approvals, previews and task history go with them.
 func (s *Store) DeleteExpiredCalls(ctx context.Context, now time.Time, limit int) (int, error) {
 	if limit < 0 {
 		return 0, fmt.Errorf("negative limit: %w", store.ErrInvalid)
@@ -611,57 +651,12 @@ func (s *Store) DeleteExpiredCalls(ctx context.Context, now time.Time, limit int
 	var n int
 	err := s.write(ctx, func(tx *tx) error {
 		st := tx.st
-		due := dueFirst(st.calls, limit, func(c *store.Call) (time.Time, bool) {
-			return c.ExpiresAt, c.State != store.CallInProgress && !c.State.Parked() && !c.ExpiresAt.IsZero() && c.ExpiresAt.Before(now)
-		})
-		gone := make(map[string]bool, len(due))
-		for _, c := range due {
-			gone[c.ID] = true
-			delete(st.calls, c.ID)
-			delete(st.callKeys, callKey{c.PrincipalID, c.IdempotencyKey})
+		due := st.expiries.due(micros(now), limit, dueOnce(st.validExpiry))
+		for _, d := range due {
+			st.deleteCall(tx, st.calls[d.key])
 		}
-		for id, a := range st.approvals {
-			if gone[a.CallID] {
-				delete(st.approvals, id)
-				tx.notify(store.TopicApprovals, id)
-			}
-		}
-		for token, pv := range st.previews {
-			if gone[pv.CallID] {
-				delete(st.previews, token)
-			}
-		}
-		st.history = slices.DeleteFunc(st.history, func(h *store.TaskHistoryEntry) bool { return gone[h.CallID] })
 		n = len(due)
 		return nil
 	})
 	return n, err
-}
-
-// dueFirst returns the records of m that are due, earliest first (ties by
-// key, as the Postgres sweeps order them), at most limit (0: all). due
-// gives a record's time and whether it is due.
-func dueFirst[T any](m map[string]*T, limit int, due func(*T) (time.Time, bool)) []*T {
-	type item struct {
-		key string
-		at  time.Time
-		rec *T
-	}
-	var items []item
-	for k, r := range m {
-		if at, ok := due(r); ok {
-			items = append(items, item{k, at, r})
-		}
-	}
-	slices.SortFunc(items, func(a, b item) int {
-		return cmp.Or(a.at.Compare(b.at), cmp.Compare(a.key, b.key))
-	})
-	if limit > 0 && len(items) > limit {
-		items = items[:limit]
-	}
-	out := make([]*T, len(items))
-	for i, it := range items {
-		out[i] = it.rec
-	}
-	return out
 }

@@ -245,7 +245,8 @@ func cloneEvent(e *store.AuditEvent) *store.AuditEvent {
 // importEvents copies events into the store's form, refusing what Postgres
 // cannot hold either (store.ErrInvalid): a text field that is not valid
 // UTF-8 or holds NUL, a detail that is not a JSON object in valid UTF-8.
-// The detail is kept byte for byte, as the json column keeps it.
+// The detail is kept byte for byte, as the json column keeps it; it is still
+// the caller's until the event is packed into the trail (state.appendEvents).
 func importEvents(events []store.AuditEvent) ([]*store.AuditEvent, error) {
 	out := make([]*store.AuditEvent, 0, len(events))
 	seen := make(map[string]struct{}, len(events))
@@ -269,9 +270,8 @@ func importEvents(events []store.AuditEvent) ([]*store.AuditEvent, error) {
 			e.Detail = nil
 		} else if !jsonObject(e.Detail) {
 			return nil, fmt.Errorf("audit event %d (%s): the detail is not a JSON object in UTF-8: %w", i, e.Type, store.ErrInvalid)
-		} else {
-			e.Detail = slices.Clone(e.Detail)
 		}
+		// The detail is copied when the event is packed into its record.
 		out = append(out, &e)
 	}
 	return out, nil

@@ -39,34 +39,101 @@ type callKey struct {
 	key       string
 }
 
+// Defaults of the store's bounds (see WithMaxCalls, WithMaxAuditEvents).
+const (
+	DefaultMaxCalls       = 20_000
+	DefaultMaxAuditEvents = 40_000
+)
+
+// Option configures a Store.
+type Option func(*state)
+
+// WithMaxCalls bounds the call records kept: past n, the oldest finished
+// records are forgotten (as if past retention) until n remain or none of
+// the rest may go. Records IN_PROGRESS, parked, or UNKNOWN and not yet
+// resolved are never forgotten: they hold keys, leases and outcomes an
+// operator must settle. A forgotten key is free again: the same key with
+// the same arguments runs again. 0 means no bound.
+func WithMaxCalls(n int) Option {
+	return func(st *state) { st.maxCalls = max(0, n) }
+}
+
+// WithMaxAuditEvents bounds the audit events kept: past n, the oldest
+// (first appended) are deleted. 0 means no bound.
+func WithMaxAuditEvents(n int) Option {
+	return func(st *state) { st.maxAudit = max(0, n) }
+}
+
 // state is everything the store holds. It is only touched with Store.mu held.
 type state struct {
 	tools     map[string]*store.Tool
 	health    map[string]*store.ToolHealth
-	calls     map[string]*store.Call
-	callKeys  map[callKey]string
+	calls     map[string]*callRec
+	callKeys  map[callKey]*callRec
 	approvals map[string]*store.Approval
 	previews  map[string]*store.Preview
-	audit     []*store.AuditEvent
+	// parked lists, by call id, the approvals and previews made for the
+	// call (they go with it).
+	parkedApprovals map[string][]string
+	parkedPreviews  map[string][]string
+
+	// Call indexes: running calls by lease expiry, deletable ones by
+	// retention, forgettable ones in the order they became so; and how many
+	// records each holds validly.
+	leases                        timeIndex[string]
+	expiries                      timeIndex[string]
+	evict                         evictQueue
+	running, expiring, evictables int
+	approvalsDue                  timeIndex[string]
+	previewsDue                   timeIndex[string]
+
+	// The audit trail in Seq order: audit[auditHead:] holds every event
+	// kept, and deleted ones awaiting compaction (auditDead of them).
+	audit     []auditRec
+	auditHead int
+	auditDead int
 	auditIDs  map[string]struct{}
-	seq       int64
-	history   []*store.TaskHistoryEntry
+	// auditIDsGone and callsGone count deletions since the maps were
+	// last rebuilt.
+	auditIDsGone, callsGone int
+	auditTimes              timeIndex[int64] // Seq by time
+	seq                     int64
+	// eventTypes numbers the audit event types seen (callRec.events).
+	eventTypes map[string]int
+
+	history      map[histKey]*histBucket
+	histSeq      int64
+	extraHistory map[string][]histRef
+
+	maxCalls, maxAudit int
 }
 
-// New returns an empty store.
-func New() *Store {
-	return &Store{
+// New returns an empty store, bounded by DefaultMaxCalls and
+// DefaultMaxAuditEvents unless opts say otherwise.
+func New(opts ...Option) *Store {
+	s := &Store{
 		st: state{
-			tools:     make(map[string]*store.Tool),
-			health:    make(map[string]*store.ToolHealth),
-			calls:     make(map[string]*store.Call),
-			callKeys:  make(map[callKey]string),
-			approvals: make(map[string]*store.Approval),
-			previews:  make(map[string]*store.Preview),
-			auditIDs:  make(map[string]struct{}),
+			tools:           make(map[string]*store.Tool),
+			health:          make(map[string]*store.ToolHealth),
+			calls:           make(map[string]*callRec),
+			callKeys:        make(map[callKey]*callRec),
+			approvals:       make(map[string]*store.Approval),
+			previews:        make(map[string]*store.Preview),
+			parkedApprovals: make(map[string][]string),
+			parkedPreviews:  make(map[string][]string),
+			auditIDs:        make(map[string]struct{}),
+			eventTypes:      make(map[string]int),
+			history:         make(map[histKey]*histBucket),
+			extraHistory:    make(map[string][]histRef),
+			maxCalls:        DefaultMaxCalls,
+			maxAudit:        DefaultMaxAuditEvents,
 		},
 		subs: make(map[*subscriber]struct{}),
 	}
+	for _, o := range opts {
+		o(&s.st)
+	}
+	return s
 }
 
 // Ping reports ErrUnavailable once the store is closed, nil before.

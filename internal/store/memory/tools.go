@@ -145,9 +145,10 @@ func (s *Store) DeleteTool(ctx context.Context, p store.DeleteToolParams) (*stor
 		delete(st.health, p.Name)
 		st.appendEvents(events)
 		release := func(callID string, from store.CallState, matches func(*store.Call) bool) {
-			if c := st.calls[callID]; c != nil && c.State == from && matches(c) {
+			if r, c := st.call(callID); r != nil && c.State == from && matches(c) {
 				c.State = store.CallReleased
 				c.UpdatedAt = now
+				st.save(r, c)
 			}
 		}
 		for i, a := range approvals {

@@ -1,0 +1,212 @@
+package memory
+
+import (
+	"cmp"
+
+	"github.com/toolsvc/toolsvc/internal/store"
+)
+
+// What a call record counts as in the indexes.
+const (
+	clRunning   = 1 << iota // IN_PROGRESS: in the lease index
+	clExpiring              // deletable once ExpiresAt passes: in the retention index
+	clEvictable             // may be forgotten when the store is full: in the eviction queue
+)
+
+func classOf(r *callRec) uint8 {
+	st := r.state()
+	if st == store.CallInProgress {
+		return clRunning
+	}
+	if st.Parked() {
+		return 0
+	}
+	var cl uint8
+	if r.expires != zeroMicros {
+		cl |= clExpiring
+	}
+	// An UNKNOWN outcome nobody has settled stays until retention: an
+	// operator (or the executor that ran it, late) still has to record it.
+	if st != store.CallUnknown || r.str(cfResolvedBy) != "" {
+		cl |= clEvictable
+	}
+	return cl
+}
+
+func (st *state) count(cl uint8, d int) {
+	if cl&clRunning != 0 {
+		st.running += d
+	}
+	if cl&clExpiring != 0 {
+		st.expiring += d
+	}
+	if cl&clEvictable != 0 {
+		st.evictables += d
+	}
+}
+
+// call returns the record of id decoded, or nil.
+func (st *state) call(id string) (*callRec, *store.Call) {
+	r := st.calls[id]
+	if r == nil {
+		return nil, nil
+	}
+	return r, r.call()
+}
+
+// insertCall stores a new record of c.
+func (st *state) insertCall(c *store.Call) *callRec {
+	r := newCallRec(c)
+	st.calls[r.id()] = r
+	st.callKeys[callKey{r.principal(), r.key()}] = r
+	st.reindex(r, zeroMicros, zeroMicros, 0)
+	return r
+}
+
+// save writes c (the decoded, changed r) back into r.
+func (st *state) save(r *callRec, c *store.Call) {
+	lease, expires, class := r.lease, r.expires, r.class
+	r.set(c)
+	st.reindex(r, lease, expires, class)
+}
+
+// reindex brings the indexes up to date with r, whose lease, expiry and
+// class were as given before its change.
+func (st *state) reindex(r *callRec, lease, expires int64, class uint8) {
+	cl := classOf(r)
+	st.count(class, -1)
+	st.count(cl, 1)
+	r.class = cl
+	if cl&clRunning != 0 && (class&clRunning == 0 || r.lease != lease) {
+		st.leases.push(r.lease, r.id())
+		st.leases.compact(st.running, st.validLease)
+	}
+	if cl&clExpiring != 0 && (class&clExpiring == 0 || r.expires != expires) {
+		st.expiries.push(r.expires, r.id())
+		st.expiries.compact(st.expiring, st.validExpiry)
+	}
+	if cl&clEvictable != 0 && class&clEvictable == 0 {
+		r.evictSeq = st.evict.add(r.id())
+		st.evict.compact(st.evictables, st.validEviction)
+	}
+}
+
+func (st *state) validLease(e timed[string]) bool {
+	r := st.calls[e.key]
+	return r != nil && r.class&clRunning != 0 && r.lease == e.at
+}
+
+func (st *state) validExpiry(e timed[string]) bool {
+	r := st.calls[e.key]
+	return r != nil && r.class&clExpiring != 0 && r.expires == e.at
+}
+
+func (st *state) validEviction(e queued) bool {
+	r := st.calls[e.id]
+	return r != nil && r.class&clEvictable != 0 && r.evictSeq == e.seq
+}
+
+// dueOnce wraps an index validity check so that each key passes once: a
+// record may have two entries that both look valid (it left the index and
+// came back at the same time).
+func dueOnce[K cmp.Ordered](valid func(timed[K]) bool) func(timed[K]) bool {
+	seen := map[K]bool{}
+	return func(e timed[K]) bool {
+		if seen[e.key] || !valid(e) {
+			return false
+		}
+		seen[e.key] = true
+		return true
+	}
+}
+
+// deleteCall removes r with its approvals, previews and task history.
+func (st *state) deleteCall(tx *tx, r *callRec) {
+	id := r.id()
+	delete(st.calls, id)
+	if k := (callKey{r.principal(), r.key()}); st.callKeys[k] == r {
+		delete(st.callKeys, k)
+	}
+	st.count(r.class, -1)
+	r.class = 0
+	// Go maps keep their size when emptied: once as many records have been
+	// deleted as remain, the maps are rebuilt at the size they need.
+	if st.callsGone++; st.callsGone > len(st.calls)+1024 {
+		st.calls, st.callKeys, st.callsGone = rebuild(st.calls), rebuild(st.callKeys), 0
+	}
+	for _, aid := range st.parkedApprovals[id] {
+		if _, ok := st.approvals[aid]; ok {
+			delete(st.approvals, aid)
+			tx.notify(store.TopicApprovals, aid)
+		}
+	}
+	delete(st.parkedApprovals, id)
+	for _, token := range st.parkedPreviews[id] {
+		delete(st.previews, token)
+	}
+	delete(st.parkedPreviews, id)
+	if r.histSeq != 0 {
+		st.deleteHistory(r.hist, r.histSeq)
+	}
+	for _, h := range st.extraHistory[id] {
+		st.deleteHistory(h.bucket, h.seq)
+	}
+	delete(st.extraHistory, id)
+}
+
+// enforceCallBound forgets the oldest finished records while there are
+// more than the bound allows.
+func (st *state) enforceCallBound(tx *tx) {
+	if st.maxCalls == 0 {
+		return
+	}
+	for len(st.calls) > st.maxCalls {
+		e, ok := st.evict.next()
+		if !ok {
+			return
+		}
+		if st.validEviction(e) {
+			st.deleteCall(tx, st.calls[e.id])
+		}
+	}
+}
+
+// maxTypeBits is how many event types callRec.events can tell apart.
+const maxTypeBits = 64
+
+// markEvent notes on the record of callID that an event of typ was
+// appended for it.
+func (st *state) markEvent(callID, typ string) {
+	r := st.calls[callID]
+	if r == nil {
+		return
+	}
+	n, ok := st.eventTypes[typ]
+	if !ok {
+		n = len(st.eventTypes)
+		st.eventTypes[typ] = n
+	}
+	if n < maxTypeBits {
+		r.events |= 1 << n
+	}
+}
+
+// hasEvent reports whether an event of type typ was appended for the call
+// r. The record remembers it even once the event itself is deleted.
+func (st *state) hasEvent(r *callRec, typ string) bool {
+	n, ok := st.eventTypes[typ]
+	switch {
+	case !ok:
+		return false
+	case n < maxTypeBits:
+		return r.events&(1<<n) != 0
+	}
+	// A rare type past those the record can tell apart: search the trail.
+	id := r.id()
+	for i := len(st.audit) - 1; i >= st.auditHead; i-- {
+		if e := &st.audit[i]; !e.deleted() && e.str(afCallID) == id && e.str(afType) == typ {
+			return true
+		}
+	}
+	return false
+}
