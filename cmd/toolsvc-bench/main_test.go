@@ -56,7 +56,7 @@ func TestEveryCell(t *testing.T) {
 		t.Errorf("report counts %d failed calls", rep.Failed)
 	}
 	type key struct {
-		subject       string
+		subject      string
 		rep, callers int
 	}
 	seen := map[key]cell{}
