@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Subjects, in the order the table lists them.
+const (
+	subjGRPC           = "grpc"
+	subjHealth         = "health"
+	subjMemoryNew      = "memory/new"
+	subjMemoryReplay   = "memory/replay"
+	subjPostgresNew    = "postgres/new"
+	subjPostgresReplay = "postgres/replay"
+	subjInsert         = "insert"
+)
+
+// env is everything the subjects run against; close stops and removes it.
+type env struct {
+	closers []func() error
+	// insertConns is how many connections the INSERT floor holds (0
+	// without Postgres).
+	insertConns int
+	database    string
+}
+
+func (e *env) onClose(f func() error) { e.closers = append(e.closers, f) }
+
+// close undoes the setup in reverse order.
+func (e *env) close() error {
+	var errs []error
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		errs = append(errs, e.closers[i]())
+	}
+	return errors.Join(errs...)
+}
+
+// setup starts the servers and opens the connections, and returns the
+// subjects in table order.
+func setup(ctx context.Context, o *options, run string) (_ *env, _ []subject, err error) {
+	e := &env{}
+	defer func() {
+		if err != nil {
+			_ = e.close()
+		}
+	}()
+	nconns := connsNeeded(o)
+	grpcSubject := func(name, addr string) (subject, error) {
+		cs, err := dial(addr, nconns)
+		if err != nil {
+			return subject{}, err
+		}
+		e.onClose(func() error { cs.close(); return nil })
+		return subject{name: name, caller: func(_ context.Context, _, callers, i int) (func(context.Context) error, error) {
+			return healthCall(cs.forCaller(i, callers, o.conns)), nil
+		}}, nil
+	}
+	executeSubjects := func(store, addr string) (newKey, replay subject, err error) {
+		cn, err := dial(addr, nconns)
+		if err != nil {
+			return subject{}, subject{}, err
+		}
+		e.onClose(func() error { cn.close(); return nil })
+		cr, err := dial(addr, nconns)
+		if err != nil {
+			return subject{}, subject{}, err
+		}
+		e.onClose(func() error { cr.close(); return nil })
+		newKey = subject{name: store + "/new", caller: func(_ context.Context, rep, callers, i int) (func(context.Context) error, error) {
+			ec, err := newEchoCaller(cn.forCaller(i, callers, o.conns), o.tool, o.action)
+			if err != nil {
+				return nil, err
+			}
+			return newKeyCall(ec, keyPrefix(run+"n", rep, callers, i)), nil
+		}}
+		replay = subject{name: store + "/replay", caller: func(ctx context.Context, rep, callers, i int) (func(context.Context) error, error) {
+			ec, err := newEchoCaller(cr.forCaller(i, callers, o.conns), o.tool, o.action)
+			if err != nil {
+				return nil, err
+			}
+			return replayCall(ctx, ec, keyPrefix(run+"r", rep, callers, i)+"replay")
+		}}
+		return newKey, replay, nil
+	}
+
+	floor, err := startFloor()
+	if err != nil {
+		return nil, nil, fmt.Errorf("bare gRPC server: %w", err)
+	}
+	e.onClose(func() error { floor.stop(); return nil })
+	mem, err := startToolsvc(ctx, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	e.onClose(mem.stop)
+
+	var subjects []subject
+	s, err := grpcSubject(subjGRPC, floor.addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	subjects = append(subjects, s)
+	// toolsvc's health check is taken on the memory store's server: it is
+	// answered from memory on either store, and this way it is measured
+	// with --no-postgres too.
+	if s, err = grpcSubject(subjHealth, mem.addr); err != nil {
+		return nil, nil, err
+	}
+	subjects = append(subjects, s)
+	mn, mr, err := executeSubjects("memory", mem.addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	subjects = append(subjects, mn, mr)
+	if o.noPostgres {
+		return e, subjects, nil
+	}
+
+	db, err := createDatabase(ctx, o.databaseURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.database = db.name
+	e.onClose(db.drop)
+	pg, err := startToolsvc(ctx, db.url)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.onClose(pg.stop)
+	pn, pr, err := executeSubjects("postgres", pg.addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	subjects = append(subjects, pn, pr)
+
+	maxCallers := 0
+	for _, c := range o.callers {
+		maxCallers = max(maxCallers, c)
+	}
+	// Headroom: the pool under test and whatever else uses the server.
+	free, err := availableConnections(ctx, db.url, 40)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.insertConns = min(maxCallers, o.insertConns, free)
+	ins, err := openInsertFloor(ctx, db.url, e.insertConns)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.onClose(func() error { ins.close(); return nil })
+	subjects = append(subjects, subject{name: subjInsert, caller: func(_ context.Context, _, _, i int) (func(context.Context) error, error) {
+		return ins.call(i), nil
+	}})
+	return e, subjects, nil
+}
+
+// bench runs every subject at every caller count, repetition after
+// repetition, and reports; it returns how many calls failed.
+func bench(ctx context.Context, o *options, stdout, stderr io.Writer) (failed uint64, err error) {
+	started := time.Now().UTC()
+	run := randomHex(4)
+	e, subjects, err := setup(ctx, o, run)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if cerr := e.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+
+	d := newDriver(o)
+	var cells []cell
+	for rep := range o.reps {
+		for ci, callers := range o.callers {
+			// Each (repetition, caller count) starts the rotation one
+			// subject further on.
+			k := rep*len(o.callers) + ci
+			for j := range subjects {
+				s := subjects[(k+j)%len(subjects)]
+				c := d.measure(ctx, s, rep+1, callers)
+				cells = append(cells, c)
+				failed += c.Failed
+				fmt.Fprintf(stderr, "rep %d/%d  callers %3d  %-16s %9.0f calls/s  p50 %-8s p99 %-8s failed %d%s\n",
+					rep+1, o.reps, callers, s.name, c.CallsPerSec, fmtMicros(c.P50Micros), fmtMicros(c.P99Micros),
+					c.Failed, errSuffix(c.Error))
+				if ctx.Err() != nil {
+					return failed, errors.New("interrupted")
+				}
+			}
+		}
+	}
+	r := newReport(o, e, started, subjects, cells)
+	if o.json {
+		return failed, r.writeJSON(stdout)
+	}
+	r.writeText(stdout)
+	return failed, nil
+}
+
+func errSuffix(msg string) string {
+	if msg == "" {
+		return ""
+	}
+	const limit = 200
+	if len(msg) > limit {
+		msg = msg[:limit] + "…"
+	}
+	return " (" + msg + ")"
+}
