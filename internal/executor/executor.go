@@ -219,6 +219,7 @@ type call struct {
 	tool        *store.Tool
 	action      *store.Action
 	args        json.RawMessage // canonical
+	argsValue   any             // args parsed, as schema validation reads them (idempotency.Parse)
 	fingerprint string
 	key         string
 	keyGiven    bool
@@ -393,7 +394,7 @@ func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
 	}
 
 	// 5. Arguments: a failure is the model's to correct, not an RPC error.
-	if err := c.entry.ValidateArguments(c.action.Name, c.args); err != nil {
+	if err := c.entry.ValidateValue(c.action.Name, c.argsValue); err != nil {
 		if resp, found, err := e.readDeferred(ctx, c); found {
 			return resp, err
 		}
@@ -576,10 +577,12 @@ func (e *Executor) checkEnvelope(ctx context.Context, c *call) error {
 	if len(strings.TrimSpace(string(raw))) == 0 {
 		raw = json.RawMessage("{}")
 	}
-	canon, err := idempotency.Canonicalize(raw)
+	// Parsed once: the canonical form is fingerprinted and stored, the
+	// value validated against the action's schema.
+	canon, value, err := idempotency.Parse(raw)
 	if err != nil {
 		v.Add("arguments", "must be a JSON object: %s", err.Error())
-	} else if len(canon) == 0 || canon[0] != '{' {
+	} else if _, ok := value.(map[string]any); !ok {
 		v.Add("arguments", "must be a JSON object")
 	}
 	if err := v.Err("malformed ExecuteTool request"); err != nil {
@@ -587,7 +590,7 @@ func (e *Executor) checkEnvelope(ctx context.Context, c *call) error {
 		c.req.Tool, c.req.Action = truncate(r.Tool, 64), truncate(r.Action, 64)
 		return e.reject(ctx, c, err)
 	}
-	c.args = canon
+	c.args, c.argsValue = canon, value
 	c.fingerprint = idempotency.Fingerprint(canon)
 	c.key, c.keyGiven = r.IdempotencyKey, r.IdempotencyKey != ""
 	if !c.keyGiven {
