@@ -46,11 +46,6 @@ const (
 	DefaultAuditPageBytes = 1 << 20
 )
 
-// streamWorkers is how many goroutines serve streams (grpc.NumStreamWorkers):
-// enough for the concurrent calls of a busy replica; an idle one holds its
-// grown stack, a few tens of KiB.
-const streamWorkers = 64
-
 // Options configure a Server.
 type Options struct {
 	// Logger receives one line per call and the server's own events. Nil
@@ -203,13 +198,6 @@ func New(o Options) (*Server, error) {
 		grpc.MaxRecvMsgSize(HardMessageLimit(cfg.MaxRecvMessageBytes)),
 		grpc.MaxSendMsgSize(HardMessageLimit(cfg.MaxSendMessageBytes)),
 		grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
-		// Streams are served by long-lived workers rather than a goroutine
-		// each: an ExecuteTool runs deep enough (interceptors, the pipeline,
-		// schema validation) to grow a fresh goroutine's stack two or three
-		// times, copying it each time, which cost about a tenth of the CPU
-		// of a call on the memory store. When every worker is busy, gRPC
-		// starts a goroutine for the stream as before; it never waits.
-		grpc.NumStreamWorkers(streamWorkers),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: k.MinTime, PermitWithoutStream: k.PermitWithoutStream}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time: k.Time, Timeout: k.Timeout, MaxConnectionIdle: k.MaxConnectionIdle,
