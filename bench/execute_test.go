@@ -14,9 +14,9 @@ import (
 // server and connection (health Check; on Postgres also one INSERT commit):
 //
 //   - new-key: a fresh idempotency key per call, the full hot path
-//     (idempotency read, claim, execute, record).
-//   - replay: the same, already succeeded key every call (the idempotency
-//     read and the deduped audit event).
+//     (claim, which reads the key, execute, record).
+//   - replay: the same, already succeeded key every call (the claim that
+//     finds it held and the deduped audit event).
 //
 // and each of them serially and under RunParallel. Read the x-health and
 // x-insert metrics (see report); ns/op is the call's own latency.

@@ -6,9 +6,11 @@
 // the audit trail and the tool's health. It also owns what settles parked
 // and unknown calls: approval resolution and manual call resolution.
 //
-// Storage costs on the hot path: one read (the idempotency lookup, skipped
-// for calls without a key), one commit to reserve and one to record; audit
-// events ride in those commits. A replay costs the read and its audit event.
+// Storage costs on the hot path: one commit to reserve and one to record,
+// audit events riding in them. The idempotency lookup is folded into the
+// reservation (ClaimCall answers the record holding the key); calls refused
+// or parked before the tool read the key first, so that a stored answer wins
+// over the refusal. A replay costs the claim's read and its audit event.
 package executor
 
 import (
@@ -217,6 +219,7 @@ type call struct {
 	tool        *store.Tool
 	action      *store.Action
 	args        json.RawMessage // canonical
+	argsValue   any             // args parsed, as schema validation reads them (idempotency.Parse)
 	fingerprint string
 	key         string
 	keyGiven    bool
@@ -234,6 +237,9 @@ type call struct {
 	preview  *store.Preview
 	// rounds counts re-reads of a record that moved under this request.
 	rounds int
+	// unread: the idempotency lookup was put off to the claim (claimFirst);
+	// a refusal reads the key first (readDeferred).
+	unread bool
 	// callerDeadline: the tool's deadline is the caller's, nearer than the
 	// tool's own timeout.
 	callerDeadline bool
@@ -279,9 +285,14 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 	}
 
 	// 4. Idempotency lookup, before the gate so a retry of a completed or
-	// parked call never meets the gate twice.
+	// parked call never meets the gate twice. A call that may run at once
+	// skips it: its claim reads the key in the same step (see claimFirst).
 	fresh := true
-	if c.keyGiven {
+	switch {
+	case !c.keyGiven:
+	case e.claimFirst(c):
+		c.unread = true
+	default:
 		existing, err := e.st.GetCallByKey(ctx, p.ID, c.key)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
@@ -295,6 +306,24 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 			}
 		}
 	}
+	return e.proceed(ctx, c, fresh)
+}
+
+// claimFirst reports whether the idempotency lookup of c may wait for its
+// claim: ClaimCall returns the record holding the key, which is answered
+// exactly as the lookup's would be (see readDeferred), so a new key costs
+// the claim alone. It may not when the request resumes a parked call (an
+// approval id or preview token: those are checked against the record
+// first), or when the tool has policies (they read the task history and
+// may ask the tool whether a resource exists: a retry of a finished call is
+// answered without either).
+func (e *Executor) claimFirst(c *call) bool {
+	return c.req.ApprovalID == "" && c.req.PreviewToken == "" && len(c.tool.Policies) == 0
+}
+
+// proceed continues after the idempotency lookup (fresh: the key was not
+// found): the checks that need what the lookup found, then evaluate.
+func (e *Executor) proceed(ctx context.Context, c *call, fresh bool) (*Response, error) {
 	// A new key has no approval: any approval_id is another call's (resume
 	// checks the others).
 	if fresh && c.req.ApprovalID != "" {
@@ -304,7 +333,10 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 	// tool. They are checked after the idempotency lookup, not before: a
 	// replay or a parked call's answer never touches the tool, so an
 	// unavailable or rate-limited tool is no reason to withhold it.
-	if err := e.health.Check(req.Tool); err != nil {
+	if err := e.health.Check(c.req.Tool); err != nil {
+		if resp, found, rerr := e.readDeferred(ctx, c); found {
+			return resp, rerr
+		}
 		return nil, e.reject(ctx, c, err)
 	}
 	if c.req.PreviewToken != "" && c.preview == nil {
@@ -312,6 +344,46 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 	}
 
 	return e.evaluate(ctx, c)
+}
+
+// readDeferred runs the idempotency lookup claimFirst put off, for a call
+// about to be refused or parked rather than claimed: a stored answer under
+// the key wins over the refusal, as it would have had the lookup come first.
+// found reports that the key is held and (resp, err) is the answer; when it
+// is false the caller goes on with the refusal. The call's evaluation is
+// undone before the record is answered, so the answer and its audit events
+// are those of a lookup made before the gate.
+func (e *Executor) readDeferred(ctx context.Context, c *call) (resp *Response, found bool, err error) {
+	if !c.unread {
+		return nil, false, nil
+	}
+	c.unread = false
+	ex, err := e.st.GetCallByKey(ctx, c.principal.ID, c.key)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, false, nil
+	}
+	c.unevaluate()
+	if err != nil {
+		return nil, true, e.storeErr(ctx, c, err)
+	}
+	resp, err = e.resumeHeld(ctx, c, ex)
+	return resp, true, err
+}
+
+// resumeHeld answers c from ex, the record the deferred lookup or the claim
+// found under its key, as the lookup of step 4 would have.
+func (e *Executor) resumeHeld(ctx context.Context, c *call, ex *store.Call) (*Response, error) {
+	resp, goOn, err := e.resume(ctx, c, ex)
+	if !goOn {
+		return resp, err
+	}
+	return e.proceed(ctx, c, false)
+}
+
+// unevaluate undoes what evaluate and run set on c, back to its state at the
+// idempotency lookup.
+func (c *call) unevaluate() {
+	c.callID, c.risk, c.decision, c.escalated, c.adjusters, c.callerDeadline = "", 0, "", false, nil, false
 }
 
 // evaluate runs steps 5–13 for a new call or a parked call that may go on.
@@ -322,7 +394,10 @@ func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
 	}
 
 	// 5. Arguments: a failure is the model's to correct, not an RPC error.
-	if err := c.entry.ValidateArguments(c.action.Name, c.args); err != nil {
+	if err := c.entry.ValidateValue(c.action.Name, c.argsValue); err != nil {
+		if resp, found, err := e.readDeferred(ctx, c); found {
+			return resp, err
+		}
 		msg := err.Error()
 		var aerr *registry.ArgumentError
 		if !errors.As(err, &aerr) {
@@ -341,6 +416,11 @@ func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
 		Tool: c.tool, Action: c.action.Name, PrincipalID: c.principal.ID, TaskID: c.req.TaskID,
 		Arguments: c.args, Exists: e.existsFunc(c),
 	})
+	if pd.Err != nil || !pd.Allowed {
+		if resp, found, err := e.readDeferred(ctx, c); found {
+			return resp, err
+		}
+	}
 	if pd.Err != nil {
 		if errors.Is(pd.Err, store.ErrUnavailable) || ctx.Err() != nil {
 			// The history could not be read: the call does not run (fail
@@ -380,6 +460,9 @@ func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
 	// 8. Gate.
 	c.decision, c.escalated = e.gate.Decide(c.autonomy, c.risk, e.canPreview(c))
 	if c.decision == store.DecisionDeny {
+		if resp, found, err := e.readDeferred(ctx, c); found {
+			return resp, err
+		}
 		msg := fmt.Sprintf("the gate denies %s risk calls at %s autonomy", c.risk, c.autonomy)
 		if err := e.appendEvents(ctx, e.event(c, audit.GateDenied, store.OutcomeDenied,
 			withAdjusters(c, map[string]any{"message": msg, "base_risk": cl.Base.String()}))); err != nil {
@@ -392,6 +475,9 @@ func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
 	// wall-clock times: compare them with the wall clock, not e.now (an
 	// injected clock may be anywhere).
 	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		if resp, found, err := e.readDeferred(ctx, c); found {
+			return resp, err
+		}
 		return nil, e.reject(ctx, c, fault.DeadlinePassed("before the call could be reserved"))
 	}
 
@@ -439,9 +525,15 @@ func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
 		}
 		c.preview, c.parked = nil, nil
 		return e.parkForApproval(ctx, c)
-	case c.decision == store.DecisionConfirm:
-		return e.parkForApproval(ctx, c)
-	case c.decision == store.DecisionPreview:
+	case c.decision == store.DecisionConfirm, c.decision == store.DecisionPreview:
+		// Parking is no refusal, but a retry of a parked call is answered
+		// from its record, not parked again (and a preview asks the tool).
+		if resp, found, err := e.readDeferred(ctx, c); found {
+			return resp, err
+		}
+		if c.decision == store.DecisionConfirm {
+			return e.parkForApproval(ctx, c)
+		}
 		return e.parkForPreview(ctx, c)
 	default:
 		return e.run(ctx, c)
@@ -485,10 +577,12 @@ func (e *Executor) checkEnvelope(ctx context.Context, c *call) error {
 	if len(strings.TrimSpace(string(raw))) == 0 {
 		raw = json.RawMessage("{}")
 	}
-	canon, err := idempotency.Canonicalize(raw)
+	// Parsed once: the canonical form is fingerprinted and stored, the
+	// value validated against the action's schema.
+	canon, value, err := idempotency.Parse(raw)
 	if err != nil {
 		v.Add("arguments", "must be a JSON object: %s", err.Error())
-	} else if len(canon) == 0 || canon[0] != '{' {
+	} else if _, ok := value.(map[string]any); !ok {
 		v.Add("arguments", "must be a JSON object")
 	}
 	if err := v.Err("malformed ExecuteTool request"); err != nil {
@@ -496,7 +590,7 @@ func (e *Executor) checkEnvelope(ctx context.Context, c *call) error {
 		c.req.Tool, c.req.Action = truncate(r.Tool, 64), truncate(r.Action, 64)
 		return e.reject(ctx, c, err)
 	}
-	c.args = canon
+	c.args, c.argsValue = canon, value
 	c.fingerprint = idempotency.Fingerprint(canon)
 	c.key, c.keyGiven = r.IdempotencyKey, r.IdempotencyKey != ""
 	if !c.keyGiven {

@@ -24,8 +24,23 @@ const reserveTimeout = writeTimeout
 // run reserves the key (step 10), executes the tool (11) and records the
 // outcome (12).
 func (e *Executor) run(ctx context.Context, c *call) (*Response, error) {
+	if c.unread {
+		// Read the key before the claim when the caller is gone (the read
+		// refuses as it did before the gate: nothing is reserved) or when
+		// Admit may claim the half-open circuit's one probe, which a retry
+		// of a finished call must not take.
+		h, ok := e.health.Get(c.tool.Name)
+		if ctx.Err() != nil || (ok && h.Status == store.HealthUnavailable) {
+			if resp, found, err := e.readDeferred(ctx, c); found {
+				return resp, err
+			}
+		}
+	}
 	adm, err := e.health.Admit(ctx, c.tool.Name)
 	if err != nil {
+		if resp, found, rerr := e.readDeferred(ctx, c); found {
+			return resp, rerr
+		}
 		if ctx.Err() != nil {
 			return nil, e.storeErr(ctx, c, err)
 		}
@@ -63,8 +78,16 @@ func (e *Executor) run(ctx context.Context, c *call) (*Response, error) {
 		return nil, err
 	}
 	if held != nil {
+		if c.unread {
+			// The claim was the idempotency lookup (claimFirst): the key is
+			// held, answer it as the lookup would have.
+			c.unread = false
+			c.unevaluate()
+			return e.resumeHeld(ctx, c, held)
+		}
 		return e.lostClaim(ctx, c, held)
 	}
+	c.unread = false
 	c.callID = rec.ID
 	// The caller went away, or its deadline passed, while the reservation
 	// committed: the tool never starts and the key is given back, so that

@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -31,20 +32,30 @@ const MaxDepth = 1000
 // whose meaning depends on the parser (which duplicate wins) has no single
 // canonical form.
 func Canonicalize(raw []byte) (json.RawMessage, error) {
+	canon, _, err := Parse(raw)
+	return canon, err
+}
+
+// Parse parses a JSON document once and returns both its canonical form (as
+// Canonicalize) and its value as a JSON Schema validator reads it: objects
+// as map[string]any, arrays as []any, numbers as json.Number, strings,
+// booleans and nil — the value jsonschema.UnmarshalJSON gives for the
+// canonical form, numbers spelled canonically. Arguments are parsed here
+// once, for the fingerprint and for schema validation.
+func Parse(raw []byte) (canonical json.RawMessage, value any, err error) {
 	p := parser{src: raw}
 	p.skipSpace()
 	v, err := p.value(0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p.skipSpace()
 	if p.pos != len(p.src) {
-		return nil, p.errorf("unexpected data after the value")
+		return nil, nil, p.errorf("unexpected data after the value")
 	}
-	var b strings.Builder
-	b.Grow(len(raw))
-	v.write(&b)
-	return json.RawMessage(b.String()), nil
+	b := make([]byte, 0, len(raw))
+	b = appendCanonical(b, v)
+	return json.RawMessage(b), v, nil
 }
 
 // Fingerprint is the hex SHA-256 of canonical JSON.
@@ -53,94 +64,121 @@ func Fingerprint(canonical []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// node is a parsed JSON value, kept in the shape canonical output needs.
-type node struct {
-	kind    byte // 'n' null, 't' true, 'f' false, '#' number, '"' string, '[' array, '{' object
-	num     float64
-	str     string
-	items   []node
-	members []member
-}
-
-type member struct {
-	key   string
-	utf16 []uint16
-	value node
-}
-
-func (n *node) write(b *strings.Builder) {
-	switch n.kind {
-	case 'n':
-		b.WriteString("null")
-	case 't':
-		b.WriteString("true")
-	case 'f':
-		b.WriteString("false")
-	case '#':
-		b.WriteString(formatNumber(n.num))
-	case '"':
-		writeString(b, n.str)
-	case '[':
-		b.WriteByte('[')
-		for i := range n.items {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			n.items[i].write(b)
+// appendCanonical appends the canonical form of v, a value Parse built.
+func appendCanonical(b []byte, v any) []byte {
+	switch v := v.(type) {
+	case nil:
+		return append(b, "null"...)
+	case bool:
+		if v {
+			return append(b, "true"...)
 		}
-		b.WriteByte(']')
-	case '{':
-		b.WriteByte('{')
-		for i := range n.members {
+		return append(b, "false"...)
+	case json.Number:
+		return append(b, v...) // spelled canonically by the parser
+	case string:
+		return appendString(b, v)
+	case []any:
+		b = append(b, '[')
+		for i, item := range v {
 			if i > 0 {
-				b.WriteByte(',')
+				b = append(b, ',')
 			}
-			writeString(b, n.members[i].key)
-			b.WriteByte(':')
-			n.members[i].value.write(b)
+			b = appendCanonical(b, item)
 		}
-		b.WriteByte('}')
+		return append(b, ']')
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		// RFC 8785 §3.2.3: sort by the keys' UTF-16 code units.
+		slices.SortFunc(keys, compareUTF16)
+		b = append(b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, k)
+			b = append(b, ':')
+			b = appendCanonical(b, v[k])
+		}
+		return append(b, '}')
+	default:
+		panic(fmt.Sprintf("idempotency: unexpected %T in a parsed value", v))
 	}
 }
 
-// writeString writes s as RFC 8785 requires: only '"', '\\' and control
+// compareUTF16 orders valid UTF-8 strings by their UTF-16 code units. It
+// differs from byte order only where a character above U+FFFF (a surrogate
+// pair, 0xD800…) meets one from U+E000 to U+FFFF.
+func compareUTF16(a, b string) int {
+	for a != "" && b != "" {
+		if a[0] < utf8.RuneSelf && b[0] < utf8.RuneSelf {
+			if a[0] != b[0] {
+				return cmp.Compare(a[0], b[0])
+			}
+			a, b = a[1:], b[1:]
+			continue
+		}
+		ra, na := utf8.DecodeRuneInString(a)
+		rb, nb := utf8.DecodeRuneInString(b)
+		if ra != rb {
+			a1, a2 := utf16.EncodeRune(ra)
+			b1, b2 := utf16.EncodeRune(rb)
+			if ra < 0x10000 {
+				a1 = ra
+			}
+			if rb < 0x10000 {
+				b1 = rb
+			}
+			if a1 != b1 {
+				return cmp.Compare(a1, b1)
+			}
+			return cmp.Compare(a2, b2)
+		}
+		a, b = a[na:], b[nb:]
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+// appendString appends s as RFC 8785 requires: only '"', '\\' and control
 // characters are escaped, the common ones with their short forms, the rest as
 // lower-case \u00xx. Everything else (including '/', DEL, U+2028 and non-ASCII)
 // is written as is.
-func writeString(b *strings.Builder, s string) {
+func appendString(b []byte, s string) []byte {
 	const hexDigits = "0123456789abcdef"
-	b.WriteByte('"')
+	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' {
 			continue
 		}
-		b.WriteString(s[start:i])
+		b = append(b, s[start:i]...)
 		switch c {
 		case '"':
-			b.WriteString(`\"`)
+			b = append(b, `\"`...)
 		case '\\':
-			b.WriteString(`\\`)
+			b = append(b, `\\`...)
 		case '\b':
-			b.WriteString(`\b`)
+			b = append(b, `\b`...)
 		case '\f':
-			b.WriteString(`\f`)
+			b = append(b, `\f`...)
 		case '\n':
-			b.WriteString(`\n`)
+			b = append(b, `\n`...)
 		case '\r':
-			b.WriteString(`\r`)
+			b = append(b, `\r`...)
 		case '\t':
-			b.WriteString(`\t`)
+			b = append(b, `\t`...)
 		default:
-			b.WriteString(`\u00`)
-			b.WriteByte(hexDigits[c>>4])
-			b.WriteByte(hexDigits[c&0xF])
+			b = append(b, `\u00`...)
+			b = append(b, hexDigits[c>>4], hexDigits[c&0xF])
 		}
 		start = i + 1
 	}
-	b.WriteString(s[start:])
-	b.WriteByte('"')
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 // formatNumber renders v as ECMAScript's Number.prototype.toString does
@@ -218,9 +256,9 @@ func (p *parser) skipSpace() {
 	}
 }
 
-func (p *parser) value(depth int) (node, error) {
+func (p *parser) value(depth int) (any, error) {
 	if p.pos >= len(p.src) {
-		return node{}, p.errorf("unexpected end of input")
+		return nil, p.errorf("unexpected end of input")
 	}
 	switch c := p.src[p.pos]; {
 	case c == '{':
@@ -229,17 +267,20 @@ func (p *parser) value(depth int) (node, error) {
 		return p.array(depth + 1)
 	case c == '"':
 		s, err := p.string()
-		return node{kind: '"', str: s}, err
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	case c == '-' || (c >= '0' && c <= '9'):
 		return p.number()
 	case c == 't':
-		return node{kind: 't'}, p.literal("true")
+		return true, p.literal("true")
 	case c == 'f':
-		return node{kind: 'f'}, p.literal("false")
+		return false, p.literal("false")
 	case c == 'n':
-		return node{kind: 'n'}, p.literal("null")
+		return nil, p.literal("null")
 	default:
-		return node{}, p.errorf("unexpected character %q", c)
+		return nil, p.errorf("unexpected character %q", c)
 	}
 }
 
@@ -251,98 +292,94 @@ func (p *parser) literal(word string) error {
 	return nil
 }
 
-func (p *parser) object(depth int) (node, error) {
+func (p *parser) object(depth int) (any, error) {
 	if depth > MaxDepth {
-		return node{}, p.errorf("nesting deeper than %d", MaxDepth)
+		return nil, p.errorf("nesting deeper than %d", MaxDepth)
 	}
 	p.pos++ // '{'
-	n := node{kind: '{'}
+	obj := map[string]any{}
 	p.skipSpace()
 	if p.pos < len(p.src) && p.src[p.pos] == '}' {
 		p.pos++
-		return n, nil
+		return obj, nil
 	}
-	seen := make(map[string]struct{})
 	for {
 		p.skipSpace()
 		if p.pos >= len(p.src) || p.src[p.pos] != '"' {
-			return node{}, p.errorf("expected an object key")
+			return nil, p.errorf("expected an object key")
 		}
 		keyAt := p.pos
 		key, err := p.string()
 		if err != nil {
-			return node{}, err
+			return nil, err
 		}
-		if _, dup := seen[key]; dup {
+		if _, dup := obj[key]; dup {
 			p.pos = keyAt
-			return node{}, p.errorf("duplicate object key %q", key)
+			return nil, p.errorf("duplicate object key %q", key)
 		}
-		seen[key] = struct{}{}
 		p.skipSpace()
 		if p.pos >= len(p.src) || p.src[p.pos] != ':' {
-			return node{}, p.errorf("expected ':' after an object key")
+			return nil, p.errorf("expected ':' after an object key")
 		}
 		p.pos++
 		p.skipSpace()
 		v, err := p.value(depth)
 		if err != nil {
-			return node{}, err
+			return nil, err
 		}
-		n.members = append(n.members, member{key: key, utf16: utf16.Encode([]rune(key)), value: v})
+		obj[key] = v
 		p.skipSpace()
 		if p.pos >= len(p.src) {
-			return node{}, p.errorf("unterminated object")
+			return nil, p.errorf("unterminated object")
 		}
 		switch p.src[p.pos] {
 		case ',':
 			p.pos++
 		case '}':
 			p.pos++
-			// RFC 8785 §3.2.3: sort by the keys' UTF-16 code units.
-			slices.SortFunc(n.members, func(a, b member) int { return slices.Compare(a.utf16, b.utf16) })
-			return n, nil
+			return obj, nil
 		default:
-			return node{}, p.errorf("expected ',' or '}' in an object")
+			return nil, p.errorf("expected ',' or '}' in an object")
 		}
 	}
 }
 
-func (p *parser) array(depth int) (node, error) {
+func (p *parser) array(depth int) (any, error) {
 	if depth > MaxDepth {
-		return node{}, p.errorf("nesting deeper than %d", MaxDepth)
+		return nil, p.errorf("nesting deeper than %d", MaxDepth)
 	}
 	p.pos++ // '['
-	n := node{kind: '['}
+	items := []any{}
 	p.skipSpace()
 	if p.pos < len(p.src) && p.src[p.pos] == ']' {
 		p.pos++
-		n.items = []node{}
-		return n, nil
+		return items, nil
 	}
 	for {
 		p.skipSpace()
 		v, err := p.value(depth)
 		if err != nil {
-			return node{}, err
+			return nil, err
 		}
-		n.items = append(n.items, v)
+		items = append(items, v)
 		p.skipSpace()
 		if p.pos >= len(p.src) {
-			return node{}, p.errorf("unterminated array")
+			return nil, p.errorf("unterminated array")
 		}
 		switch p.src[p.pos] {
 		case ',':
 			p.pos++
 		case ']':
 			p.pos++
-			return n, nil
+			return items, nil
 		default:
-			return node{}, p.errorf("expected ',' or ']' in an array")
+			return nil, p.errorf("expected ',' or ']' in an array")
 		}
 	}
 }
 
-func (p *parser) number() (node, error) {
+// number parses a number into its canonical spelling (formatNumber).
+func (p *parser) number() (any, error) {
 	start := p.pos
 	digits := func() int {
 		n := 0
@@ -358,12 +395,12 @@ func (p *parser) number() (node, error) {
 	if p.pos < len(p.src) && p.src[p.pos] == '0' {
 		p.pos++ // a leading zero stands alone
 	} else if digits() == 0 {
-		return node{}, p.errorf("invalid number")
+		return nil, p.errorf("invalid number")
 	}
 	if p.pos < len(p.src) && p.src[p.pos] == '.' {
 		p.pos++
 		if digits() == 0 {
-			return node{}, p.errorf("invalid number: no digits after '.'")
+			return nil, p.errorf("invalid number: no digits after '.'")
 		}
 	}
 	if p.pos < len(p.src) && (p.src[p.pos] == 'e' || p.src[p.pos] == 'E') {
@@ -372,18 +409,40 @@ func (p *parser) number() (node, error) {
 			p.pos++
 		}
 		if digits() == 0 {
-			return node{}, p.errorf("invalid number: no digits in the exponent")
+			return nil, p.errorf("invalid number: no digits in the exponent")
 		}
 	}
-	lit := string(p.src[start:p.pos])
-	v, err := strconv.ParseFloat(lit, 64)
+	lit := p.src[start:p.pos]
+	if canon, ok := smallInt(lit); ok {
+		return canon, nil
+	}
+	v, err := strconv.ParseFloat(string(lit), 64)
 	if err != nil || math.IsInf(v, 0) {
 		// ParseFloat rounds underflow to 0 without error, as ECMAScript does;
 		// only overflow is out of range.
 		p.pos = start
-		return node{}, p.errorf("number %s is out of range", lit)
+		return nil, p.errorf("number %s is out of range", lit)
 	}
-	return node{kind: '#', num: v}, nil
+	return json.Number(formatNumber(v)), nil
+}
+
+// smallInt returns the canonical spelling of an integer literal of at most
+// 15 digits without a leading zero or sign of zero: the literal itself (it
+// is exact as a double and ECMAScript prints it plainly).
+func smallInt(lit []byte) (json.Number, bool) {
+	digits := lit
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 15 || digits[0] == '0' {
+		return "", false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return "", false
+		}
+	}
+	return json.Number(lit), true
 }
 
 // string parses a JSON string starting at the opening quote and returns its

@@ -16,24 +16,35 @@ import (
 var ErrLeaseLost = errors.New("lease lost")
 
 // Lease keeps an IN_PROGRESS call's lease alive while it executes.
+//
+// Renewals run on a timer (time.AfterFunc), not a goroutine of their own:
+// most calls end long before their first renewal, and a goroutine and a
+// ticker per call would cost more than the call's own work on a fast store.
 type Lease struct {
-	st      store.CallStore
-	callID  string
-	attempt int
-	ttl     time.Duration
-	now     func() time.Time
-	logger  *slog.Logger
+	st       store.CallStore
+	callID   string
+	attempt  int
+	ttl      time.Duration
+	interval time.Duration
+	now      func() time.Time
+	logger   *slog.Logger
 
 	// mu serialises renewals, so that a heartbeat and a tick never write an
-	// older expiry over a newer one.
+	// older expiry over a newer one, and guards the fields below.
 	mu      sync.Mutex
-	stopped bool
+	stopped bool // Stop was called: heartbeats no longer renew
+	ended   bool // no further ticks: stopped, lost or ctx ended
+	ticking bool // a tick is running
+	closed  bool // done is closed
 
 	lost     chan struct{}
 	lostOnce sync.Once
 
-	cancel context.CancelFunc
-	done   chan struct{}
+	ctx     context.Context
+	cancel  context.CancelFunc
+	timer   *time.Timer
+	unwatch func() bool // stops watching ctx
+	done    chan struct{}
 }
 
 // KeepAlive renews the lease of an IN_PROGRESS call every cfg.Lease/3 until
@@ -57,42 +68,78 @@ func KeepAlive(ctx context.Context, st store.CallStore, callID string, attempt i
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	l := &Lease{
-		st:      st,
-		callID:  callID,
-		attempt: attempt,
-		ttl:     cfg.Lease,
-		now:     now,
-		logger:  logger,
-		lost:    make(chan struct{}),
-		cancel:  cancel,
-		done:    make(chan struct{}),
+		st:       st,
+		callID:   callID,
+		attempt:  attempt,
+		ttl:      cfg.Lease,
+		interval: max(cfg.Lease/3, time.Millisecond),
+		now:      now,
+		logger:   logger,
+		lost:     make(chan struct{}),
+		ctx:      ctx,
+		cancel:   cancel,
+		done:     make(chan struct{}),
 	}
-	interval := max(cfg.Lease/3, time.Millisecond)
-	go l.run(ctx, interval)
+	l.mu.Lock()
+	l.timer = time.AfterFunc(l.interval, l.tick)
+	l.mu.Unlock()
+	// A context that ends before Stop ends the renewals (context.AfterFunc
+	// adds no goroutine until ctx is done).
+	l.unwatch = context.AfterFunc(ctx, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.endLocked()
+	})
 	return l
 }
 
-func (l *Lease) run(ctx context.Context, interval time.Duration) {
-	defer close(l.done)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-l.lost:
-			return
-		case <-t.C:
-			err := l.renew(ctx)
-			switch {
-			case err == nil, errors.Is(err, ErrLeaseLost):
-			case ctx.Err() != nil:
-				return // stopped while renewing
-			default:
-				l.logger.WarnContext(ctx, "renewing call lease failed; retrying at the next tick",
-					slog.String("call_id", l.callID), slog.Int("attempt", l.attempt), slog.Any("error", err))
-			}
-		}
+// tick renews the lease once and schedules the next tick.
+func (l *Lease) tick() {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
+	l.ticking = true
+	l.mu.Unlock()
+
+	err := l.renew(l.ctx)
+	switch {
+	case err == nil, errors.Is(err, ErrLeaseLost):
+	case l.ctx.Err() != nil: // stopped while renewing
+	default:
+		l.logger.WarnContext(l.ctx, "renewing call lease failed; retrying at the next tick",
+			slog.String("call_id", l.callID), slog.Int("attempt", l.attempt), slog.Any("error", err))
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ticking = false
+	if errors.Is(err, ErrLeaseLost) || l.ctx.Err() != nil {
+		l.endLocked()
+	}
+	if l.ended {
+		l.closeLocked()
+		return
+	}
+	l.timer.Reset(l.interval)
+}
+
+// endLocked ends the ticks; done closes once no tick runs.
+func (l *Lease) endLocked() {
+	if !l.ended {
+		l.ended = true
+		l.timer.Stop()
+	}
+	if !l.ticking {
+		l.closeLocked()
+	}
+}
+
+func (l *Lease) closeLocked() {
+	if !l.closed {
+		l.closed = true
+		close(l.done)
 	}
 }
 
@@ -131,14 +178,16 @@ func (l *Lease) Heartbeat(ctx context.Context) error {
 // Lost is closed when a renewal finds the lease gone.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
-// Stop ends renewals and waits for the renewing goroutine to exit. Safe to
+// Stop ends renewals and waits for a renewal in flight to end. Safe to
 // call more than once and concurrently with Heartbeat.
 func (l *Lease) Stop() {
 	// Cancel first: a renewal in flight holds mu and ends sooner once its
 	// context is done.
+	l.unwatch()
 	l.cancel()
 	l.mu.Lock()
 	l.stopped = true
+	l.endLocked()
 	l.mu.Unlock()
 	<-l.done
 }

@@ -84,6 +84,25 @@ const (
 // unknown or its schema could not be compiled. Empty arguments are the empty
 // object.
 func (e *Entry) ValidateArguments(action string, args json.RawMessage) error {
+	var inst any = map[string]any{}
+	if len(args) > 0 {
+		v, err := decodeJSON(args)
+		if err != nil {
+			if e.compileErr == nil && e.actions[action] != nil {
+				return &ArgumentError{Message: "arguments must be a JSON object"}
+			}
+		} else {
+			inst = v
+		}
+	}
+	return e.ValidateValue(action, inst)
+}
+
+// ValidateValue is ValidateArguments for arguments already decoded the way
+// the schema library reads them (jsonschema.UnmarshalJSON: objects as
+// map[string]any, numbers as json.Number), as idempotency.Parse returns
+// them: the executor parses each call's arguments once. v is only read.
+func (e *Entry) ValidateValue(action string, v any) error {
 	if e.compileErr != nil {
 		return fmt.Errorf("tool %q: schemas unavailable: %w", e.Tool.Name, e.compileErr)
 	}
@@ -91,18 +110,10 @@ func (e *Entry) ValidateArguments(action string, args json.RawMessage) error {
 	if !ok {
 		return fmt.Errorf("tool %q has no action %q", e.Tool.Name, action)
 	}
-	var inst any = map[string]any{}
-	if len(args) > 0 {
-		v, err := decodeJSON(args)
-		if err != nil {
-			return &ArgumentError{Message: "arguments must be a JSON object"}
-		}
-		inst = v
-	}
-	if _, ok := inst.(map[string]any); !ok {
+	if _, ok := v.(map[string]any); !ok {
 		return &ArgumentError{Message: "arguments must be a JSON object"}
 	}
-	err := ca.input.Validate(inst)
+	err := ca.input.Validate(v)
 	if err == nil {
 		return nil
 	}
@@ -110,7 +121,7 @@ func (e *Entry) ValidateArguments(action string, args json.RawMessage) error {
 	if !errors.As(err, &ve) {
 		return &ArgumentError{Message: safetext.Bound("arguments are invalid: "+err.Error(), maxArgumentMessage)}
 	}
-	ae := argumentError(ve, inst)
+	ae := argumentError(ve, v)
 	ae.Field = safetext.Bound(ae.Field, maxArgumentField)
 	ae.Message = safetext.Bound(ae.Message, maxArgumentMessage)
 	return ae
