@@ -17,9 +17,18 @@ import (
 // of calls_retention_idx, spelled the same so that the planner uses it.
 const notRunningOrParked = `state NOT IN ('IN_PROGRESS', 'AWAITING_APPROVAL', 'AWAITING_PREVIEW')`
 
+// The lookups of the hot path; each is served by an index (see
+// plans_test.go).
+const (
+	getCallSQL      = `SELECT ` + callColumns + ` FROM calls WHERE id = $1`
+	getCallByKeySQL = `SELECT ` + callColumns + ` FROM calls WHERE principal_id = $1 AND idempotency_key = $2`
+	renewLeaseSQL   = `UPDATE calls SET lease_expires_at = now() + $3::interval
+		WHERE id = $1 AND state = 'IN_PROGRESS' AND attempt_count = $2`
+)
+
 // GetCall implements store.CallStore.
 func (s *Store) GetCall(ctx context.Context, id string) (*store.Call, error) {
-	c, err := scanCall(s.pool.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE id = $1`, id))
+	c, err := scanCall(s.pool.QueryRow(ctx, getCallSQL, id))
 	if err != nil {
 		return nil, fmt.Errorf("get call %q: %w", id, err)
 	}
@@ -28,8 +37,7 @@ func (s *Store) GetCall(ctx context.Context, id string) (*store.Call, error) {
 
 // GetCallByKey implements store.CallStore.
 func (s *Store) GetCallByKey(ctx context.Context, principalID, key string) (*store.Call, error) {
-	c, err := scanCall(s.pool.QueryRow(ctx, `SELECT `+callColumns+` FROM calls
-		WHERE principal_id = $1 AND idempotency_key = $2`, principalID, key))
+	c, err := scanCall(s.pool.QueryRow(ctx, getCallByKeySQL, principalID, key))
 	if err != nil {
 		return nil, fmt.Errorf("get call of principal %q by key %q: %w", principalID, key, err)
 	}
@@ -163,8 +171,7 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 			// Lost, and the holder was not visible to the statement
 			// (committed after it began) or looked claimable: read it now
 			// that it is committed (the claim waited for its transaction).
-			out, err = scanCall(s.pool.QueryRow(ctx, `SELECT `+callColumns+` FROM calls
-				WHERE principal_id = $1 AND idempotency_key = $2`, c.PrincipalID, c.IdempotencyKey))
+			out, err = scanCall(s.pool.QueryRow(ctx, getCallByKeySQL, c.PrincipalID, c.IdempotencyKey))
 			if err != nil && !isNotFound(err) {
 				return nil, false, fmt.Errorf("claim call: read the holder of key %q: %w", c.IdempotencyKey, err)
 			}
@@ -278,8 +285,7 @@ func (s *Store) claimInTx(ctx context.Context, p store.ClaimCallParams, c *store
 		out, err = scanCall(tx.QueryRow(ctx, claimCallSQL, args...))
 		if isNotFound(err) {
 			claimed = false
-			out, err = scanCall(tx.QueryRow(ctx, `SELECT `+callColumns+` FROM calls
-				WHERE principal_id = $1 AND idempotency_key = $2`, c.PrincipalID, c.IdempotencyKey))
+			out, err = scanCall(tx.QueryRow(ctx, getCallByKeySQL, c.PrincipalID, c.IdempotencyKey))
 			if err != nil {
 				return fmt.Errorf("claim call: read the holder of key %q: %w", c.IdempotencyKey, err)
 			}
@@ -416,8 +422,7 @@ func (s *Store) RenewCallLease(ctx context.Context, callID string, attempt int, 
 	if lease <= 0 {
 		return fmt.Errorf("%w: renew lease of call %q: no lease", store.ErrInvalid, callID)
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE calls SET lease_expires_at = now() + $3::interval
-		WHERE id = $1 AND state = 'IN_PROGRESS' AND attempt_count = $2`, callID, attempt, leaseArg(lease))
+	tag, err := s.pool.Exec(ctx, renewLeaseSQL, callID, attempt, leaseArg(lease))
 	if err != nil {
 		return fmt.Errorf("renew lease of call %q: %w", callID, interpretError(err))
 	}
