@@ -7,11 +7,12 @@
 // transaction as the change. Round trips cost more than commits (see
 // BENCHMARKS.md), so the hot path spends as few as it can: a claim
 // (ClaimCall), a recorded outcome without a health change (FinishCall) and
-// an audit append (AppendAuditEvents) are each one statement in autocommit —
+// an audit append (AppendAuditEvents) are each one statement —
 // data-modifying CTEs write the events, history and notifications only if
-// the change matched — and a parked call is started by one pipelined batch
-// (BEGIN, statement, events) and its COMMIT. Elsewhere the statements that
-// ride along are batched into one round trip inside the transaction.
+// the change matched — and concurrent ones share a round trip and a commit
+// (group commit, see committer); a parked call is started by one pipelined
+// batch (BEGIN, statement, events) and its COMMIT. Elsewhere the statements
+// that ride along are batched into one round trip inside the transaction.
 // Concurrency is left to Postgres: claims are single INSERT ... ON CONFLICT
 // statements, parked calls are started by one data-modifying statement,
 // health changes lock their row, and reapers use FOR UPDATE SKIP LOCKED so
