@@ -140,15 +140,25 @@ func (g *committer) flush() {
 		}
 		return
 	}
-	defer conn.Release()
-	run(conn, batch)
+	failed := run(conn, batch)
+	// The connection goes back before the callers go on, so that their next
+	// statements find it free rather than open another.
+	conn.Release()
+	for _, st := range batch {
+		if failed != nil {
+			st.err = failed
+		}
+		close(st.done)
+	}
 }
 
-// run sends batch on conn as one pipeline, in one implicit transaction, and
-// answers each statement's caller.
-func run(conn *pgxpool.Conn, batch []*groupStmt) {
+// run sends batch on conn as one pipeline, in one implicit transaction. It
+// returns nil if the batch committed (each statement's scan error, if any,
+// is in its err), errRegroup if the server refused it, or else an error
+// wrapping store.ErrUnavailable.
+func run(conn *pgxpool.Conn, batch []*groupStmt) error {
 	if len(batch) == 0 {
-		return
+		return nil
 	}
 	sort.SliceStable(batch, func(i, j int) bool { return batch[i].order < batch[j].order })
 	ctx, cancel := batchContext(batch)
@@ -173,20 +183,14 @@ func run(conn *pgxpool.Conn, batch []*groupStmt) {
 	if err := br.Close(); err != nil && failed == nil {
 		failed = err
 	}
-	if failed != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(failed, &pgErr) {
-			failed = errRegroup
-		} else {
-			failed = interpretError(failed)
-		}
+	if failed == nil {
+		return nil
 	}
-	for _, st := range batch {
-		if failed != nil {
-			st.err = failed
-		}
-		close(st.done)
+	var pgErr *pgconn.PgError
+	if errors.As(failed, &pgErr) {
+		return errRegroup
 	}
+	return interpretError(failed)
 }
 
 // batchContext is the context a batch runs on: detached from its callers
