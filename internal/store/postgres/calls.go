@@ -252,13 +252,12 @@ func claimStatement(c *store.Call, p store.ClaimCallParams, args []any, rows *au
 	}
 	callID := a.add(c.ID)
 	b.WriteString(`, ev AS (` + rows.insertSQL(&a, "claimed c", `CASE WHEN c.id = `+callID+` THEN e.call_id ELSE c.id END`) + `)
-		SELECT ` + qualified("c", callColumns) + `, true,
-			(SELECT array_agg(id ORDER BY seq) FROM ev), (SELECT array_agg(seq ORDER BY seq) FROM ev)`)
+		SELECT ` + qualified("c", callColumns) + `, true, stored.ids, stored.seqs`)
 	if p.Approval != nil {
 		b.WriteString(`, (SELECT count(pg_notify(` + a.add(notifyChannel) + `, ` +
 			a.add(string(store.TopicApprovals)+":") + ` || id)) FROM approval)`)
 	}
-	b.WriteString(` FROM claimed c`)
+	b.WriteString(` FROM claimed c, ` + storedEvents)
 	// A claim that lost answers with the holder as the statement's snapshot
 	// has it, if it has it (a holder committed before the statement began).
 	b.WriteString(` UNION ALL SELECT ` + qualified("h", callColumns) + `, false, NULL::text[], NULL::bigint[]`)
@@ -502,6 +501,11 @@ const finishCallSQL = `UPDATE calls SET state = $3, result = $4, updated_at = $5
 		AND (state = 'IN_PROGRESS' OR (state = 'UNKNOWN' AND resolved_by = ''))
 	RETURNING ` + callColumns
 
+// storedEvents is the (id, seq) of each event a statement's ev CTE stored,
+// as two arrays (NULL if none) in one pass, so that they pair up; setSeqs
+// matches them to the events by id, whatever their order.
+const storedEvents = `LATERAL (SELECT array_agg(id) AS ids, array_agg(seq) AS seqs FROM ev) stored`
+
 // finishStatement is FinishCall without a health change as one statement:
 // finishCallSQL as a CTE and, joined with its row so that they are written
 // only if it matched, the events and the task history entry. It returns the
@@ -517,8 +521,7 @@ func finishStatement(p store.FinishCallParams, result any, rows *auditRows) (str
 			a.add(h.Action) + `, ` + a.add(h.Resource) + `, ` + a.add(h.At) + ` FROM finished)`)
 	}
 	b.WriteString(` SELECT ` + strings.Replace(qualified("f", callColumns), "f.result", "NULL::json", 1) + `,
-		(SELECT array_agg(id ORDER BY seq) FROM ev), (SELECT array_agg(seq ORDER BY seq) FROM ev)
-		FROM finished f`)
+		stored.ids, stored.seqs FROM finished f, ` + storedEvents)
 	return b.String(), a
 }
 
