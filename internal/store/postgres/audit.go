@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/toolsvc/toolsvc/internal/store"
 )
 
-// AppendAuditEvents implements store.AuditStore. The batch is one INSERT
-// in autocommit: one round trip, atomic for the whole batch (a refused event
-// fails the statement, so nothing is stored). Each event's Seq is set in
+// AppendAuditEvents implements store.AuditStore. The batch is one INSERT,
+// committed with whatever other hot-path statements are waiting
+// (commitGrouped): one round trip, atomic for the whole batch (a refused
+// event fails the statement, so nothing is stored). Each event's Seq is set in
 // events once they are stored.
 func (s *Store) AppendAuditEvents(ctx context.Context, events []store.AuditEvent) error {
 	if len(events) == 0 {
@@ -24,13 +27,8 @@ func (s *Store) AppendAuditEvents(ctx context.Context, events []store.AuditEvent
 	q := rows.insertSQL(&args, "", "e.call_id")
 	var ids []string
 	var seqs []int64
-	err = s.retry(ctx, func() error {
+	err = s.commitGrouped(ctx, &groupStmt{sql: q, args: args, scan: func(r pgx.Rows) error {
 		ids, seqs = ids[:0], seqs[:0]
-		r, err := s.pool.Query(ctx, q, args...)
-		if err != nil {
-			return interpretError(err)
-		}
-		defer r.Close()
 		for r.Next() {
 			var id string
 			var seq int64
@@ -39,8 +37,8 @@ func (s *Store) AppendAuditEvents(ctx context.Context, events []store.AuditEvent
 			}
 			ids, seqs = append(ids, id), append(seqs, seq)
 		}
-		return interpretError(r.Err())
-	})
+		return nil
+	}})
 	if err != nil {
 		return fmt.Errorf("append audit events: %w", err)
 	}

@@ -17,9 +17,18 @@ import (
 // of calls_retention_idx, spelled the same so that the planner uses it.
 const notRunningOrParked = `state NOT IN ('IN_PROGRESS', 'AWAITING_APPROVAL', 'AWAITING_PREVIEW')`
 
+// The lookups of the hot path; each is served by an index (see
+// plans_test.go).
+const (
+	getCallSQL      = `SELECT ` + callColumns + ` FROM calls WHERE id = $1`
+	getCallByKeySQL = `SELECT ` + callColumns + ` FROM calls WHERE principal_id = $1 AND idempotency_key = $2`
+	renewLeaseSQL   = `UPDATE calls SET lease_expires_at = now() + $3::interval
+		WHERE id = $1 AND state = 'IN_PROGRESS' AND attempt_count = $2`
+)
+
 // GetCall implements store.CallStore.
 func (s *Store) GetCall(ctx context.Context, id string) (*store.Call, error) {
-	c, err := scanCall(s.pool.QueryRow(ctx, `SELECT `+callColumns+` FROM calls WHERE id = $1`, id))
+	c, err := scanCall(s.pool.QueryRow(ctx, getCallSQL, id))
 	if err != nil {
 		return nil, fmt.Errorf("get call %q: %w", id, err)
 	}
@@ -28,8 +37,7 @@ func (s *Store) GetCall(ctx context.Context, id string) (*store.Call, error) {
 
 // GetCallByKey implements store.CallStore.
 func (s *Store) GetCallByKey(ctx context.Context, principalID, key string) (*store.Call, error) {
-	c, err := scanCall(s.pool.QueryRow(ctx, `SELECT `+callColumns+` FROM calls
-		WHERE principal_id = $1 AND idempotency_key = $2`, principalID, key))
+	c, err := scanCall(s.pool.QueryRow(ctx, getCallByKeySQL, principalID, key))
 	if err != nil {
 		return nil, fmt.Errorf("get call of principal %q by key %q: %w", principalID, key, err)
 	}
@@ -68,14 +76,16 @@ const insertPreviewSQL = `INSERT INTO previews (` + previewColumns + `)
 
 // ClaimCall implements store.CallStore.
 //
-// The claim is one statement in autocommit (claimStatement): the claim and,
-// only if it claimed, the approval or preview, the events and the
-// notification — one round trip, one transaction. A claim that loses reads
-// the holder next; if the holder has meanwhile become claimable (released
-// with this fingerprint) or gone, or if an event is refused (which must be
-// reported only once the claim is known to have won), the claim is decided
-// again by claimInTx, the transaction that reads the holder under the lock
-// its claim took.
+// The claim is one statement (claimStatement), committed with whatever
+// other hot-path statements are waiting (commitGrouped): the claim and, only
+// if it claimed, the approval or preview, the events and the notification;
+// if it lost, the holder as the statement saw it — one round trip. If the
+// holder was not visible to the statement (it committed meanwhile) or looked
+// claimable, it is read again; if it has meanwhile become claimable
+// (released with this fingerprint) or gone, or if an event is refused (which
+// must be reported only once the claim is known to have won), the claim is
+// decided again by claimInTx, the transaction that reads the holder under
+// the lock its claim took.
 func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.Call, bool, error) {
 	if p.Call == nil {
 		return nil, false, fmt.Errorf("%w: claim call: no call", store.ErrInvalid)
@@ -119,21 +129,32 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 	)
 	if rows, err := newAuditRows(p.Events); err == nil {
 		q, qargs := claimStatement(&c, p, args, rows)
-		var ids []string
-		var seqs []int64
-		dst := []any{&ids, &seqs}
-		if p.Approval != nil {
-			var notified int64
-			dst = append(dst, &notified)
-		}
-		err := s.retry(ctx, func() error {
-			var err error
-			out, err = scanCall(s.pool.QueryRow(ctx, q, qargs...), dst...)
-			return err
-		})
+		var (
+			row      *store.Call
+			won      bool
+			ids      []string
+			seqs     []int64
+			notified *int64
+		)
+		err := s.commitGrouped(ctx, &groupStmt{sql: q, args: qargs, order: "1" + c.PrincipalID + "\x00" + c.IdempotencyKey,
+			scan: func(r pgx.Rows) error {
+				row, won, ids, seqs = nil, false, nil, nil
+				if !r.Next() {
+					return nil
+				}
+				dst := []any{&won, &ids, &seqs}
+				if p.Approval != nil {
+					dst = append(dst, &notified)
+				}
+				var err error
+				row, err = scanCall(r, dst...)
+				return err
+			}})
 		switch {
-		case err == nil:
-			claimed = true
+		case err != nil:
+			return nil, false, fmt.Errorf("claim call %q: %w", c.ID, err)
+		case row != nil && won:
+			out, claimed = row, true
 			events = append([]store.AuditEvent(nil), p.Events...)
 			if out.ID != c.ID {
 				for i := range events {
@@ -143,11 +164,14 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 			if err := setSeqs(events, ids, seqs); err != nil {
 				return nil, false, fmt.Errorf("claim call %q: %w", c.ID, err)
 			}
-		case isNotFound(err):
-			// Lost: nothing was written. The holder is committed (the claim
-			// waited for its transaction), but no longer locked.
-			out, err = scanCall(s.pool.QueryRow(ctx, `SELECT `+callColumns+` FROM calls
-				WHERE principal_id = $1 AND idempotency_key = $2`, c.PrincipalID, c.IdempotencyKey))
+		case row != nil && (row.State != store.CallReleased || row.Fingerprint != c.Fingerprint):
+			// Lost, and the statement saw the holder: nothing was written.
+			return row, false, nil
+		default:
+			// Lost, and the holder was not visible to the statement
+			// (committed after it began) or looked claimable: read it now
+			// that it is committed (the claim waited for its transaction).
+			out, err = scanCall(s.pool.QueryRow(ctx, getCallByKeySQL, c.PrincipalID, c.IdempotencyKey))
 			if err != nil && !isNotFound(err) {
 				return nil, false, fmt.Errorf("claim call: read the holder of key %q: %w", c.IdempotencyKey, err)
 			}
@@ -159,8 +183,6 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 			if err != nil {
 				return nil, false, err
 			}
-		default:
-			return nil, false, fmt.Errorf("claim call %q: %w", c.ID, err)
 		}
 	} else {
 		out, claimed, events, err = s.claimInTx(ctx, p, &c, args)
@@ -194,8 +216,9 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 // written only if it claimed, the approval or preview (under the kept call
 // id), the events (their call id rewritten to the kept one if the claim took
 // over a released record) and the approval's notification (delivered at
-// commit). It returns the claimed call, then the stored events' ids and
-// seqs; no row if the claim lost. The approval's foreign key is checked at
+// commit). It returns the claimed call, true, then the stored events' ids
+// and seqs; if the claim lost, the holder, false (no row if the holder is
+// not in the statement's snapshot). The approval's foreign key is checked at
 // the end of the statement, when the call row exists.
 func claimStatement(c *store.Call, p store.ClaimCallParams, args []any, rows *auditRows) (string, []any) {
 	a := stmtArgs(append([]any(nil), args...))
@@ -229,13 +252,20 @@ func claimStatement(c *store.Call, p store.ClaimCallParams, args []any, rows *au
 	}
 	callID := a.add(c.ID)
 	b.WriteString(`, ev AS (` + rows.insertSQL(&a, "claimed c", `CASE WHEN c.id = `+callID+` THEN e.call_id ELSE c.id END`) + `)
-		SELECT ` + qualified("c", callColumns) + `,
-			(SELECT array_agg(id ORDER BY seq) FROM ev), (SELECT array_agg(seq ORDER BY seq) FROM ev)`)
+		SELECT ` + qualified("c", callColumns) + `, true, stored.ids, stored.seqs`)
 	if p.Approval != nil {
 		b.WriteString(`, (SELECT count(pg_notify(` + a.add(notifyChannel) + `, ` +
 			a.add(string(store.TopicApprovals)+":") + ` || id)) FROM approval)`)
 	}
-	b.WriteString(` FROM claimed c`)
+	b.WriteString(` FROM claimed c, ` + storedEvents)
+	// A claim that lost answers with the holder as the statement's snapshot
+	// has it, if it has it (a holder committed before the statement began).
+	b.WriteString(` UNION ALL SELECT ` + qualified("h", callColumns) + `, false, NULL::text[], NULL::bigint[]`)
+	if p.Approval != nil {
+		b.WriteString(`, NULL::bigint`)
+	}
+	b.WriteString(` FROM calls h WHERE h.principal_id = ` + a.add(c.PrincipalID) + ` AND h.idempotency_key = ` +
+		a.add(c.IdempotencyKey) + ` AND NOT EXISTS (SELECT 1 FROM claimed)`)
 	return b.String(), a
 }
 
@@ -254,8 +284,7 @@ func (s *Store) claimInTx(ctx context.Context, p store.ClaimCallParams, c *store
 		out, err = scanCall(tx.QueryRow(ctx, claimCallSQL, args...))
 		if isNotFound(err) {
 			claimed = false
-			out, err = scanCall(tx.QueryRow(ctx, `SELECT `+callColumns+` FROM calls
-				WHERE principal_id = $1 AND idempotency_key = $2`, c.PrincipalID, c.IdempotencyKey))
+			out, err = scanCall(tx.QueryRow(ctx, getCallByKeySQL, c.PrincipalID, c.IdempotencyKey))
 			if err != nil {
 				return fmt.Errorf("claim call: read the holder of key %q: %w", c.IdempotencyKey, err)
 			}
@@ -392,8 +421,7 @@ func (s *Store) RenewCallLease(ctx context.Context, callID string, attempt int, 
 	if lease <= 0 {
 		return fmt.Errorf("%w: renew lease of call %q: no lease", store.ErrInvalid, callID)
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE calls SET lease_expires_at = now() + $3::interval
-		WHERE id = $1 AND state = 'IN_PROGRESS' AND attempt_count = $2`, callID, attempt, leaseArg(lease))
+	tag, err := s.pool.Exec(ctx, renewLeaseSQL, callID, attempt, leaseArg(lease))
 	if err != nil {
 		return fmt.Errorf("renew lease of call %q: %w", callID, interpretError(err))
 	}
@@ -407,8 +435,9 @@ func (s *Store) RenewCallLease(ctx context.Context, callID string, attempt int, 
 // meanwhile, the health change is skipped: the outcome matters more than the
 // health of a tool that no longer exists.
 //
-// Without a health change it is one statement in autocommit
-// (finishStatement): one round trip. A health change reads the tool's health
+// Without a health change it is one statement (finishStatement), committed
+// with whatever other hot-path statements are waiting (commitGrouped): one
+// round trip. A health change reads the tool's health
 // row under a lock and asks p.Health.Fn in Go, so it runs as a transaction
 // (finishInTx); so does a call with a refused event or task history entry,
 // which is reported only once the call is known to be finishable.
@@ -438,15 +467,24 @@ func (s *Store) FinishCall(ctx context.Context, p store.FinishCallParams) (*stor
 		ids  []string
 		seqs []int64
 	)
-	err = s.retry(ctx, func() error {
+	err = s.commitGrouped(ctx, &groupStmt{sql: q, args: args, order: "2" + p.CallID, scan: func(r pgx.Rows) error {
+		out, ids, seqs = nil, nil, nil
+		if !r.Next() {
+			return nil
+		}
 		var err error
-		out, err = scanCall(s.pool.QueryRow(ctx, q, args...), &ids, &seqs)
+		out, err = scanCall(r, &ids, &seqs)
 		return err
-	})
-	if isNotFound(err) {
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("finish call %q: %w", p.CallID, err)
+	}
+	if out == nil {
 		return nil, notFoundOrConflict(ctx, s.pool, "finish call", p.CallID, `SELECT 1 FROM calls WHERE id = $1`)
 	}
-	if err != nil {
+	// The result as stored is the one sent (a json column keeps its text),
+	// so it is decoded from there rather than sent back.
+	if out.Result, err = resultOut(resultBytes(result)); err != nil {
 		return nil, fmt.Errorf("finish call %q: %w", p.CallID, err)
 	}
 	if err := setSeqs(p.Events, ids, seqs); err != nil {
@@ -463,11 +501,16 @@ const finishCallSQL = `UPDATE calls SET state = $3, result = $4, updated_at = $5
 		AND (state = 'IN_PROGRESS' OR (state = 'UNKNOWN' AND resolved_by = ''))
 	RETURNING ` + callColumns
 
+// storedEvents is the (id, seq) of each event a statement's ev CTE stored,
+// as two arrays (NULL if none) in one pass, so that they pair up; setSeqs
+// matches them to the events by id, whatever their order.
+const storedEvents = `LATERAL (SELECT array_agg(id) AS ids, array_agg(seq) AS seqs FROM ev) stored`
+
 // finishStatement is FinishCall without a health change as one statement:
 // finishCallSQL as a CTE and, joined with its row so that they are written
 // only if it matched, the events and the task history entry. It returns the
-// call, then the stored events' ids and seqs; no row if the call was not
-// finishable.
+// call (without its result, which the caller has), then the stored events'
+// ids and seqs; no row if the call was not finishable.
 func finishStatement(p store.FinishCallParams, result any, rows *auditRows) (string, []any) {
 	a := stmtArgs{p.CallID, p.Attempt, string(p.State), result, p.Now, tsArg(p.ExpiresAt)}
 	var b strings.Builder
@@ -477,9 +520,8 @@ func finishStatement(p store.FinishCallParams, result any, rows *auditRows) (str
 			SELECT ` + a.add(h.PrincipalID) + `, ` + a.add(h.TaskID) + `, ` + a.add(h.CallID) + `, ` + a.add(h.Tool) + `, ` +
 			a.add(h.Action) + `, ` + a.add(h.Resource) + `, ` + a.add(h.At) + ` FROM finished)`)
 	}
-	b.WriteString(` SELECT ` + qualified("f", callColumns) + `,
-		(SELECT array_agg(id ORDER BY seq) FROM ev), (SELECT array_agg(seq ORDER BY seq) FROM ev)
-		FROM finished f`)
+	b.WriteString(` SELECT ` + strings.Replace(qualified("f", callColumns), "f.result", "NULL::json", 1) + `,
+		stored.ids, stored.seqs FROM finished f, ` + storedEvents)
 	return b.String(), a
 }
 

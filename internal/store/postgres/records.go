@@ -103,6 +103,14 @@ func resultArg(r *store.Result) (any, error) {
 	return string(b), nil
 }
 
+// resultBytes is an argument resultArg made, as the column returns it.
+func resultBytes(arg any) []byte {
+	if s, ok := arg.(string); ok {
+		return []byte(s)
+	}
+	return nil
+}
+
 func resultOut(b []byte) (*store.Result, error) {
 	if b == nil {
 		return nil, nil

@@ -7,11 +7,12 @@
 // transaction as the change. Round trips cost more than commits (see
 // BENCHMARKS.md), so the hot path spends as few as it can: a claim
 // (ClaimCall), a recorded outcome without a health change (FinishCall) and
-// an audit append (AppendAuditEvents) are each one statement in autocommit —
+// an audit append (AppendAuditEvents) are each one statement —
 // data-modifying CTEs write the events, history and notifications only if
-// the change matched — and a parked call is started by one pipelined batch
-// (BEGIN, statement, events) and its COMMIT. Elsewhere the statements that
-// ride along are batched into one round trip inside the transaction.
+// the change matched — and concurrent ones share a round trip and a commit
+// (group commit, see committer); a parked call is started by one pipelined
+// batch (BEGIN, statement, events) and its COMMIT. Elsewhere the statements
+// that ride along are batched into one round trip inside the transaction.
 // Concurrency is left to Postgres: claims are single INSERT ... ON CONFLICT
 // statements, parked calls are started by one data-modifying statement,
 // health changes lock their row, and reapers use FOR UPDATE SKIP LOCKED so
@@ -21,6 +22,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -45,7 +47,8 @@ const rollbackTimeout = 5 * time.Second
 
 // Store is store.Store on Postgres. It is safe for concurrent use.
 type Store struct {
-	pool *pgxpool.Pool
+	pool  *pgxpool.Pool
+	group *committer
 
 	closeOnce sync.Once
 	listener  *listener
@@ -67,6 +70,18 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "toolsvc"
 	}
+	// Plans that stay on the indexes whatever the statistics: pgx prepares
+	// each statement once per connection, and Postgres may keep the generic
+	// plan it made while a table was small (or analyzed while empty) — a
+	// sequential scan — after the table has grown. Every lookup the store
+	// makes has an index; with sequential scans priced out, the planner
+	// picks it for any table size. A URL may set the parameter itself.
+	if _, ok := cfg.ConnConfig.RuntimeParams["enable_seqscan"]; !ok {
+		cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
+	}
+	if !poolSizeSet(databaseURL) {
+		cfg.MaxConns = DefaultMaxConns()
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", interpretError(err))
@@ -79,10 +94,31 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 	return New(pool), nil
 }
 
+// DefaultMaxConns is the pool size when the database URL sets no
+// pool_max_conns: 4 per CPU, at least 16. Concurrent calls share commits
+// (group commit, see committer), and Postgres flushes the commits of
+// concurrent transactions together, so throughput grows with the
+// connections in use well past the CPUs: most of a connection's time is
+// spent waiting for the disk, not computing.
+func DefaultMaxConns() int32 {
+	return int32(max(16, 4*runtime.NumCPU()))
+}
+
+// poolSizeSet reports whether a database URL (or key=value connection
+// string) sets pool_max_conns.
+func poolSizeSet(databaseURL string) bool {
+	cfg, err := pgconn.ParseConfig(databaseURL)
+	if err != nil {
+		return false
+	}
+	_, ok := cfg.RuntimeParams["pool_max_conns"]
+	return ok
+}
+
 // New returns a Store on pool. The Store takes ownership: Close closes the
 // pool.
 func New(pool *pgxpool.Pool) *Store {
-	s := &Store{pool: pool}
+	s := &Store{pool: pool, group: newCommitter(pool)}
 	s.listener = newListener(pool.Config().ConnConfig)
 	return s
 }
