@@ -29,9 +29,10 @@ const commitCalls = 50
 const noiseAllowance = 2.0 / commitCalls
 
 // TestPostgresTransactionsPerCall checks DESIGN §11's storage budget on a
-// real server over gRPC: an executed call costs at most one read (the
-// idempotency lookup) and two commits (reserve, record) with its audit rows
-// in them; a replay costs a claim that finds the key held and the commit of its deduped audit event.
+// real server over gRPC: an executed call costs two commits (reserve, which
+// reads the key itself, and record) with its audit rows in them; a replay
+// costs a claim that finds the key held and the commit of its deduped
+// audit event.
 //
 // Transactions are counted with pg_stat_database.xact_commit of the
 // server's own database, which counts every transaction — an autocommit
