@@ -124,8 +124,11 @@ func TestPostgresTransactionsPerCall(t *testing.T) {
 		perReplay, replayWrites, perReplay-replayWrites)
 
 	// The measurement must see what it measures: a counter that did not
-	// move would pass every bound below.
-	if execWrites < 1 || perExec < execWrites || replayWrites < 1 || perReplay < replayWrites {
+	// move would pass every bound below. The per-call counts come from
+	// differences of whole server lifetimes, whose fixed cost can differ by
+	// a transaction or two (base phases vary): the same allowance as the
+	// bounds.
+	if execWrites < 1 || perExec < execWrites-noiseAllowance || replayWrites < 1 || perReplay < replayWrites-noiseAllowance {
 		t.Fatalf("implausible measurement: executed %.2f (writes %.2f), replay %.2f (writes %.2f)",
 			perExec, execWrites, perReplay, replayWrites)
 	}
