@@ -5,12 +5,10 @@ import (
 	"compress/gzip"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -112,17 +110,8 @@ func TestOTLPExport(t *testing.T) {
 	collector := httptest.NewServer(recv)
 	defer collector.Close()
 
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "toolsvc")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
+	bin := buildToolsvc(t, t.TempDir())
+	addr := freeAddr(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	serve := exec.CommandContext(ctx, bin, "serve", "--listen", addr)

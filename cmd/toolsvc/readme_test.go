@@ -78,17 +78,8 @@ func TestReadme(t *testing.T) {
 		t.Skip("builds toolsvc and runs a server")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "toolsvc")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
+	bin := buildToolsvc(t, dir)
+	addr := freeAddr(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	serve := exec.CommandContext(ctx, bin, "serve", "--listen", addr)
@@ -166,6 +157,27 @@ func TestReadme(t *testing.T) {
 			}
 		}
 	}
+}
+
+// buildToolsvc builds this command into dir and returns the binary's path.
+func buildToolsvc(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "toolsvc")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// freeAddr returns a loopback address no one listens on at the moment.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
 }
 
 // waitServing waits until the server at addr answers health checks.
