@@ -34,6 +34,9 @@ const (
 	ToolRegistered      = "tool.registered"
 	ToolUpdated         = "tool.updated"
 	ToolDeregistered    = "tool.deregistered"
+	ToolsetRegistered   = "toolset.registered"
+	ToolsetUpdated      = "toolset.updated"
+	ToolsetDeregistered = "toolset.deregistered"
 )
 
 // MaxField bounds each text field of an event (ids, principal, tool,
