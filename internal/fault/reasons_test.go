@@ -52,6 +52,10 @@ func TestConstructors(t *testing.T) {
 		{InternalError("bug"), Internal, ReasonInternal},
 		{ConnectorUnavailable(huge, huge), Unavailable, ReasonConnectorUnavailable},
 		{NotAConnector(huge), FailedPrecondition, ReasonNotAConnector},
+		{ToolsetNotFound(huge), NotFound, ReasonToolsetNotFound},
+		{ToolsetDisabled(huge), FailedPrecondition, ReasonToolsetDisabled},
+		{ToolsetVersionConflict(huge, 2, 3), FailedPrecondition, ReasonVersionConflict},
+		{ExportedNameShared(huge, []string{huge, huge}), FailedPrecondition, ReasonExportedNameShared},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			if tc.err.Kind != tc.kind || tc.err.Reason != tc.reason {
