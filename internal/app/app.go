@@ -305,15 +305,21 @@ func (a *App) syncTools(ctx context.Context) error {
 	if a.cfg.ToolsFile == "" {
 		return nil
 	}
-	defs, err := registry.LoadFile(a.cfg.ToolsFile)
+	defs, err := registry.LoadFileDefs(a.cfg.ToolsFile)
 	if err != nil {
 		return fmt.Errorf("tools file: %w", err)
 	}
-	rep, err = a.reg.Sync(ctx, store.SourceFile, defs, SystemActor)
+	rep, err = a.reg.Sync(ctx, store.SourceFile, defs.Tools, SystemActor)
 	if err != nil {
 		return fmt.Errorf("tools file %s: %w", a.cfg.ToolsFile, err)
 	}
 	a.logSync("file", rep)
+	// Toolsets after the tools: every tool they name must be registered.
+	rep, err = a.reg.SyncToolsets(ctx, store.SourceFile, defs.Toolsets, SystemActor)
+	if err != nil {
+		return fmt.Errorf("tools file %s: %w", a.cfg.ToolsFile, err)
+	}
+	a.logSync("file toolsets", rep)
 	return nil
 }
 

@@ -55,6 +55,15 @@ type Registry struct {
 
 	// cache is the current snapshot, replaced whole on every change.
 	cache atomic.Pointer[map[string]*Entry]
+	// exported indexes the cache by exported name (export.Name): the
+	// actions each name stands for, by tool name. Replaced with the cache.
+	exported atomic.Pointer[map[string][]ActionRef]
+	// toolsets is the cached toolsets, replaced whole on every change.
+	toolsets atomic.Pointer[map[string]*store.Toolset]
+	// tsMu serializes writers of toolsets; tsApplied is the ticket of the
+	// read last installed (guarded by tsMu).
+	tsMu      sync.Mutex
+	tsApplied uint64
 	// mu serializes writers of the cache (readers never take it).
 	mu sync.Mutex
 	// applied holds, per tool name, the ticket of the last change applied
@@ -100,6 +109,10 @@ func New(o Options) (*Registry, error) {
 	}
 	empty := map[string]*Entry{}
 	r.cache.Store(&empty)
+	noNames := map[string][]ActionRef{}
+	r.exported.Store(&noNames)
+	noSets := map[string]*store.Toolset{}
+	r.toolsets.Store(&noSets)
 	return r, nil
 }
 
@@ -136,6 +149,12 @@ func (r *Registry) Start(ctx context.Context) error {
 		}
 		return fmt.Errorf("registry: load tools: %w", err)
 	}
+	if err := r.reloadToolsets(ctx); err != nil {
+		cancel()
+		for range ch {
+		}
+		return fmt.Errorf("registry: load toolsets: %w", err)
+	}
 	go func() {
 		defer cancel()
 		r.follow(ctx, ch)
@@ -150,9 +169,13 @@ const reloadRetry = time.Second
 // is down) are retried: the cache must not stay stale once it is back.
 func (r *Registry) follow(ctx context.Context, ch <-chan store.Notification) {
 	pending := map[string]bool{}
-	all := false
+	all, sets := false, false
 	var retry <-chan time.Time
 	add := func(n store.Notification) {
+		if n.Topic == store.TopicToolsets {
+			sets = true
+			return
+		}
 		if n.Topic != store.TopicTools {
 			return
 		}
@@ -205,6 +228,14 @@ func (r *Registry) follow(ctx context.Context, ch <-chan store.Notification) {
 				continue
 			}
 			delete(pending, name)
+		}
+		if sets {
+			if err := r.reloadToolsets(ctx); err != nil {
+				failed = true
+				r.log.WarnContext(ctx, "toolset reload failed", "error", err)
+			} else {
+				sets = false
+			}
 		}
 		if failed && ctx.Err() == nil {
 			retry = time.After(reloadRetry)
@@ -323,6 +354,8 @@ func (r *Registry) install(ticket uint64, changes map[string]*Entry) (forget []s
 	}
 	if changed {
 		r.cache.Store(&next)
+		idx := exportedIndex(next)
+		r.exported.Store(&idx)
 	}
 	return forget
 }
@@ -449,6 +482,11 @@ func (r *Registry) Register(ctx context.Context, p RegisterParams) (*store.Tool,
 		if prep, v = r.check.prepare(def); len(v) > 0 {
 			return nil, false, v.Err("invalid tool definition with what the server offers")
 		}
+	}
+	var nv fault.Violations
+	r.checkExportedNames(&nv, prep.tool)
+	if len(nv) > 0 {
+		return nil, false, nv.Err("invalid tool definition")
 	}
 	if p.Source == "" {
 		p.Source = store.SourceAPI
@@ -654,8 +692,11 @@ func (r *Registry) Sync(ctx context.Context, source store.ToolSource, defs []*st
 				prep, v = r.check.prepare(d)
 			}
 		}
+		if len(v) == 0 {
+			r.checkExportedNames(&v, prep.tool)
+		}
 		if len(v) > 0 {
-			problems = append(problems, fmt.Errorf("tool %q: %w", name, v.Err("invalid tool definition")))
+			problems = append(problems, fmt.Errorf("tool %q: invalid tool definition: %w", name, spellOut(v.Err("invalid tool definition"))))
 			continue
 		}
 		prep.tool.Source = source

@@ -95,6 +95,7 @@ func toolFromProto(pb *toolsvcv1.Tool, v *fault.Violations) *store.Tool {
 		ApprovalTTL:     durationFromProto(pb.GetApprovalTtl(), "tool.approval_ttl", v),
 		AuditPayloads:   pb.GetAuditPayloads(),
 		Connector:       connectorFromProto(pb.GetConnector(), v),
+		Guidance:        pb.GetGuidance(),
 	}
 	for i, a := range pb.GetActions() {
 		if t.Connector != nil {
@@ -118,6 +119,7 @@ func actionFromProto(pb *toolsvcv1.Action, path string, v *fault.Violations) sto
 		OutputSchema:     structOrText(pb.GetOutputSchema(), pb.GetOutputSchemaJson(), path+".output_schema", v),
 		Risk:             riskFromProto(pb.GetRisk()),
 		ResourceArgument: pb.GetResourceArgument(),
+		Guidance:         pb.GetGuidance(),
 	}
 	for i, ex := range pb.GetExamples() {
 		ep := fmt.Sprintf("%s.examples[%d]", path, i)
@@ -299,6 +301,7 @@ func toolToProto(t *store.Tool) (*toolsvcv1.Tool, error) {
 		ConfigRef:       t.ConfigRef,
 		ApprovalTtl:     durationToProto(t.ApprovalTTL),
 		AuditPayloads:   t.AuditPayloads,
+		Guidance:        t.Guidance,
 		Version:         t.Version,
 		Source:          sourceToProto(t.Source),
 		CreateTime:      timeToProto(t.CreatedAt),
@@ -354,6 +357,7 @@ func actionToProto(a *store.Action) (*toolsvcv1.Action, error) {
 		OutputSchema:     out,
 		Risk:             riskToProto(a.Risk),
 		ResourceArgument: a.ResourceArgument,
+		Guidance:         a.Guidance,
 		// The stored bytes, as registered: the byte-stable form.
 		InputSchemaJson:  string(a.InputSchema),
 		OutputSchemaJson: string(a.OutputSchema),
