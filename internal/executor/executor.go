@@ -29,6 +29,7 @@ import (
 
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/auth"
+	"github.com/toolsvc/toolsvc/internal/export"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/gate"
 	"github.com/toolsvc/toolsvc/internal/health"
@@ -243,16 +244,24 @@ type call struct {
 	// callerDeadline: the tool's deadline is the caller's, nearer than the
 	// tool's own timeout.
 	callerDeadline bool
+	// exported is the exported name the call was made by (tool = the name,
+	// action empty), "" for a call by tool and action.
+	exported string
 }
 
 // Execute runs one call through the pipeline. Decisions the agent must act
 // on come back as a Response; caller and protocol problems as *fault.Error.
 func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) (resp *Response, err error) {
 	c := &call{req: req, principal: p}
+	resolveErr := e.resolveExported(c)
+	req = c.req
 	ctx, observed := e.observeCall(ctx, c)
 	defer func() { observed(resp, err) }()
 	if p == nil {
 		return nil, fault.NotAuthenticated("no principal")
+	}
+	if resolveErr != nil {
+		return nil, e.reject(ctx, c, resolveErr)
 	}
 
 	// The envelope: names, key, context ids, arguments.
@@ -271,6 +280,13 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 		return nil, e.reject(ctx, c, fault.ActionNotFound(req.Tool, req.Action, actionNames(entry.Tool)))
 	}
 	c.action = action
+	if c.exported != "" && entry.DropNulls(action.Name, c.argsValue) {
+		// Nulls written against the strict form for optional properties
+		// mean "absent": the call is the one without them, and is
+		// fingerprinted, validated and stored as such.
+		c.args = idempotency.Encode(c.argsValue)
+		c.fingerprint = idempotency.Fingerprint(c.args)
+	}
 	if entry.Impl == nil {
 		return nil, e.reject(ctx, c, fault.ToolUnavailable(req.Tool,
 			fmt.Sprintf("its connector %q is not available on this server", entry.Tool.ConnectorID), 0))
@@ -307,6 +323,30 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 		}
 	}
 	return e.proceed(ctx, c, fresh)
+}
+
+// resolveExported turns a call by exported name (tool = the name, action
+// empty: what a model calls) into the call of the action it stands for
+// (docs/exports.md#calling-by-exported-name). A request with an action is
+// left as it is, and so is one whose tool is no exported name but a
+// registered tool's (its missing action is the envelope's to refuse).
+func (e *Executor) resolveExported(c *call) error {
+	if c.req.Action != "" || c.req.Tool == "" {
+		return nil
+	}
+	ref, found, err := e.reg.ResolveExported(c.req.Tool)
+	switch {
+	case err != nil:
+		return err
+	case found:
+		c.exported = c.req.Tool
+		c.req.Tool, c.req.Action = ref.Tool, ref.Action
+		return nil
+	}
+	if _, registered := e.reg.Lookup(c.req.Tool); !registered && export.ValidName(c.req.Tool) {
+		return fault.ToolNotFound(c.req.Tool)
+	}
+	return nil
 }
 
 // claimFirst reports whether the idempotency lookup of c may wait for its
