@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/export"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/toolkit"
@@ -313,7 +314,7 @@ func toolToProto(t *store.Tool) (*toolsvcv1.Tool, error) {
 	}
 	pb.Connector = c
 	for i := range t.Actions {
-		a, err := actionToProto(&t.Actions[i])
+		a, err := actionToProto(t.Name, &t.Actions[i])
 		if err != nil {
 			return nil, fmt.Errorf("tool %q action %q: %w", t.Name, t.Actions[i].Name, err)
 		}
@@ -341,7 +342,7 @@ func toolToProto(t *store.Tool) (*toolsvcv1.Tool, error) {
 	return pb, nil
 }
 
-func actionToProto(a *store.Action) (*toolsvcv1.Action, error) {
+func actionToProto(toolName string, a *store.Action) (*toolsvcv1.Action, error) {
 	in, err := jsonToStruct(a.InputSchema)
 	if err != nil {
 		return nil, fmt.Errorf("input schema: %w", err)
@@ -358,6 +359,7 @@ func actionToProto(a *store.Action) (*toolsvcv1.Action, error) {
 		Risk:             riskToProto(a.Risk),
 		ResourceArgument: a.ResourceArgument,
 		Guidance:         a.Guidance,
+		ExportedName:     export.Name(toolName, a.Name),
 		// The stored bytes, as registered: the byte-stable form.
 		InputSchemaJson:  string(a.InputSchema),
 		OutputSchemaJson: string(a.OutputSchema),
