@@ -3,6 +3,7 @@ package export
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -360,10 +361,11 @@ func definition(pk pick, o Options) (def json.RawMessage, inline bool, unions in
 		params = strict.Schema
 		unions = strict.Unions
 	}
-	schema, err := parse(params)
-	if err != nil {
-		return nil, false, 0, fmt.Errorf("its input schema cannot be read: %v", err)
+	if !json.Valid(params) {
+		return nil, false, 0, errors.New("its input schema is not valid JSON")
 	}
+	// Without --strict, the schema exactly as registered.
+	schema := verbatim(params)
 	limit := 0
 	examplesText := o.Format != FormatAnthropic
 	if o.Format == FormatOpenAIChat || o.Format == FormatOpenAIResponses {
@@ -424,7 +426,7 @@ func outputSchema(a *store.Action) *value {
 	if err != nil || v.kind != kObject || v.getString("type") != "object" {
 		return nil
 	}
-	return v
+	return verbatim(a.OutputSchema)
 }
 
 // description is an entry's description: the action's, then the guidance
@@ -502,11 +504,13 @@ func inputExamples(a *store.Action, strict *Strict) *value {
 		if err != nil || in.kind != kObject {
 			continue
 		}
-		if strict != nil {
-			strict.Nulls.fill(in)
-			if sch.Validate(in.any()) != nil {
-				continue
-			}
+		if strict == nil {
+			out.vals = append(out.vals, verbatim(ex.Input))
+			continue
+		}
+		strict.Nulls.fill(in)
+		if sch.Validate(in.any()) != nil {
+			continue
 		}
 		out.vals = append(out.vals, in)
 	}

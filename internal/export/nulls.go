@@ -3,18 +3,26 @@ package export
 import "slices"
 
 // NullPlan maps arguments written against a strict schema back to the
-// registered schema: strict mode makes a model give every property, null
-// for one it would leave out, and a null the registered schema does not
-// accept means "absent". Drop removes exactly those nulls, at any depth.
+// registered schema: strict mode makes a model give every property, with
+// null for one it would leave out, so the null of a property the registered
+// schema does not require means "absent". Drop removes exactly those nulls,
+// at any depth; the null of a required property stays (the registered
+// schema judges it).
 type NullPlan struct {
 	drop  map[string]bool      // optional properties whose null means absent
-	kept  map[string]bool      // properties whose null is a value (in some alternative)
+	kept  map[string]bool      // properties whose null is a value (required in some alternative)
 	props map[string]*NullPlan // plans of the properties' own values
 	items *NullPlan            // plan of an array's items
 	// optional lists, in order, the properties the registered schema does
 	// not require (strict mode requires them all): an example written for
 	// the registered schema gets null for each it leaves out.
 	optional []string
+	// declared lists an object schema's properties.
+	declared []string
+	// alts are the plans of alternatives (anyOf), merged into this one for
+	// Drop; fill writes an example with the alternative that declares its
+	// properties.
+	alts []*NullPlan
 }
 
 func (p *NullPlan) dropNull(name string) {
@@ -38,8 +46,16 @@ func (p *NullPlan) child(name string, c *NullPlan) {
 	p.props[name] = c
 }
 
-// mergePlans is the plan of alternatives: a null is dropped where some
-// alternative makes the property nullable and none accepts null for it.
+// alternativePlans is the plan of alternatives: merged for Drop, kept for
+// fill.
+func alternativePlans(plans []*NullPlan) *NullPlan {
+	p := mergePlans(plans)
+	p.alts = plans
+	return p
+}
+
+// mergePlans merges the plans of alternatives: a null is dropped where some
+// alternative leaves the property optional and none requires it.
 func mergePlans(plans []*NullPlan) *NullPlan {
 	out := &NullPlan{}
 	for _, p := range plans {
@@ -122,6 +138,14 @@ func (p *NullPlan) fill(v *value) {
 	if p == nil || v == nil {
 		return
 	}
+	if len(p.alts) > 0 && v.kind == kObject {
+		for _, alt := range p.alts {
+			if alt != nil && len(alt.declared) > 0 && declaresAll(alt, v.keys) {
+				alt.fill(v)
+				return
+			}
+		}
+	}
 	switch v.kind {
 	case kObject:
 		for i, k := range v.keys {
@@ -137,4 +161,13 @@ func (p *NullPlan) fill(v *value) {
 			p.items.fill(item)
 		}
 	}
+}
+
+func declaresAll(p *NullPlan, keys []string) bool {
+	for _, k := range keys {
+		if !slices.Contains(p.declared, k) {
+			return false
+		}
+	}
+	return true
 }

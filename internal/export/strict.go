@@ -230,7 +230,7 @@ func (t *transformer) schema(n *value, path string, root bool) (*value, *NullPla
 	}
 	out.set("anyOf", branches)
 	keepAnnotations(out, n)
-	return out, mergePlans(plans), nil
+	return out, alternativePlans(plans), nil
 }
 
 // ref inlines a local $ref, with the sibling keywords over the referenced
@@ -290,7 +290,7 @@ func (t *transformer) alternatives(n, alts *value, key, path string) (*value, *N
 		}
 	}
 	addNotes(out, notes)
-	return out, mergePlans(plans), nil
+	return out, alternativePlans(plans), nil
 }
 
 // typesOf returns the types a schema allows, in order, without "null", and
@@ -507,15 +507,11 @@ func (t *transformer) properties(n *value, path string, plan *NullPlan) (*value,
 		}
 		// Strict mode requires every property: one the registered schema
 		// does not require becomes nullable, and its null means "absent"
-		// unless the registered schema accepts null for it.
-		switch {
-		case required[name]:
+		// (a model in strict mode has no other way to leave it out).
+		plan.declared = append(plan.declared, name)
+		if required[name] {
 			plan.keep(name)
-		case t.acceptsNull(ps, 0):
-			sub = makeNullable(sub)
-			plan.keep(name)
-			plan.optional = append(plan.optional, name)
-		default:
+		} else {
 			sub = makeNullable(sub)
 			plan.dropNull(name)
 			plan.optional = append(plan.optional, name)
@@ -526,67 +522,6 @@ func (t *transformer) properties(n *value, path string, plan *NullPlan) (*value,
 		out.set(name, sub)
 	}
 	return out, nil
-}
-
-// acceptsNull reports whether a registered schema accepts null.
-func (t *transformer) acceptsNull(n *value, depth int) bool {
-	if depth > 50 {
-		return false
-	}
-	if n.kind == kBool {
-		return n.truth
-	}
-	if n.kind != kObject {
-		return false
-	}
-	if ref := n.get("$ref"); ref != nil && ref.kind == kString {
-		if def, ok := t.defs[ref.str]; ok {
-			return t.acceptsNull(def, depth+1)
-		}
-		return false
-	}
-	if tv := n.get("type"); tv != nil {
-		switch tv.kind {
-		case kString:
-			return tv.str == "null"
-		case kArray:
-			for _, x := range tv.vals {
-				if x.kind == kString && x.str == "null" {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	if n.has("enum") || n.has("const") {
-		for _, v := range enumValues(n) {
-			if v.kind == kNull {
-				return true
-			}
-		}
-		return false
-	}
-	if n.has("properties") || n.has("items") || n.has("required") {
-		return false
-	}
-	for _, k := range []string{"anyOf", "oneOf"} {
-		if alts := n.get(k); alts != nil && alts.kind == kArray {
-			for _, a := range alts.vals {
-				if t.acceptsNull(a, depth+1) {
-					return true
-				}
-			}
-			return false
-		}
-	}
-	if all := n.get("allOf"); all != nil && all.kind == kArray {
-		for _, a := range all.vals {
-			if !t.acceptsNull(a, depth+1) {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // applies reports whether a noted keyword constrains values of typ.

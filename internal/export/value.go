@@ -29,6 +29,9 @@ const (
 	kString
 	kArray
 	kObject
+	// kRaw is a JSON document kept as its bytes (str), written as they are:
+	// a registered schema exported byte for byte.
+	kRaw
 )
 
 // maxDepth bounds the nesting parse accepts.
@@ -111,6 +114,16 @@ func jraw(raw []byte) *value {
 		panic(fmt.Sprintf("export: invalid constant JSON %s: %v", raw, err))
 	}
 	return v
+}
+
+// verbatim keeps a JSON document's bytes, compacted (which changes nothing
+// in a document the registry stored: it stores them compacted).
+func verbatim(raw []byte) *value {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return jraw(raw) // panics: callers pass documents known to be valid
+	}
+	return &value{kind: kRaw, str: b.String()}
 }
 
 func jstrings(ss []string) *value {
@@ -231,7 +244,7 @@ func (v *value) encode(b *bytes.Buffer) {
 		} else {
 			b.WriteString("false")
 		}
-	case kNumber:
+	case kNumber, kRaw:
 		b.WriteString(v.str)
 	case kString:
 		writeString(b, v.str)
