@@ -62,7 +62,7 @@ func TestExportsByteStableAcrossReplicasAndRestart(t *testing.T) {
 		Guidance: "Say which city — always.",
 		Actions: []*toolsvcv1.Action{{Name: "current", Description: "Weather now",
 			InputSchemaJson: `{"type":"object","required":["city"],"properties":{"units":{"enum":["metric","imperial"]},"city":{"type":"string","description":"caf\u00e9 <b> \"quoted\"","minLength":1}}}`,
-			Examples: []*toolsvcv1.ActionExample{{Description: "Paris", InputJson: `{"city":"Paris"}`}}}},
+			Examples:        []*toolsvcv1.ActionExample{{Description: "Paris", InputJson: `{"city":"Paris"}`}}}},
 	}}); err != nil {
 		t.Fatal(err)
 	}
@@ -101,4 +101,3 @@ func TestExportsByteStableAcrossReplicasAndRestart(t *testing.T) {
 	r3 := start(t, cfg, app.Options{})
 	sameExports(t, "after a restart", changed, exportAll(ctx, t, r3.conn))
 }
-
