@@ -15,6 +15,7 @@ func benchSnapshot(n int) Snapshot {
 	s := demoSnapshot()
 	for i := range n {
 		t := &store.Tool{Name: fmt.Sprintf("tool-%03d", i), Description: "A tool.", DefaultRisk: toolkit.RiskMedium,
+			Incarnation: fmt.Sprint("inc-", i), Version: 1,
 			Guidance: "Use it when the user asks; never twice in a row."}
 		for _, a := range []string{"get", "put", "find"} {
 			t.Actions = append(t.Actions, store.Action{Name: a, Description: "Do " + a + ".",
@@ -46,6 +47,16 @@ func BenchmarkBuild(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
 				if _, err := Build(s, everyone, o); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		// The same, as ExportTools and the MCP front door make it: from an
+		// Exporter that keeps definitions per tool version.
+		x := NewExporter()
+		b.Run(name+"-cached", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := x.Build(s, everyone, o); err != nil {
 					b.Fatal(err)
 				}
 			}

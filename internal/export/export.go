@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -178,11 +179,99 @@ type pick struct {
 	name   string
 }
 
+// Exporter builds exports, keeping each action's definitions from one
+// export to the next: a definition depends only on its tool's version (and
+// the format), so it is built once per version. One Exporter serves a
+// process (ExportTools and the MCP front door alike); it is safe for
+// concurrent use. A nil *Exporter builds everything afresh.
+type Exporter struct {
+	mu    sync.Mutex
+	tools map[string]*toolDefs
+}
+
+// toolDefs are the definitions built for one version of a tool.
+type toolDefs struct {
+	incarnation string
+	version     int64
+	defs        map[defKey]builtDef
+}
+
+type defKey struct {
+	action string
+	format Format
+	strict bool
+}
+
+type builtDef struct {
+	def    json.RawMessage
+	inline bool
+	unions int
+	err    error
+}
+
+// NewExporter returns an Exporter with an empty cache. The definitions of
+// its exports are shared between exports: callers must not modify them.
+func NewExporter() *Exporter { return &Exporter{tools: map[string]*toolDefs{}} }
+
+// definition returns an action's definition, from the cache when it was
+// built for this version of the tool.
+func (x *Exporter) definition(pk pick, o Options) (json.RawMessage, bool, int, error) {
+	if x == nil || pk.tool.Incarnation == "" {
+		return definition(pk, o)
+	}
+	key := defKey{action: pk.action.Name, format: o.Format, strict: o.Strict}
+	x.mu.Lock()
+	td := x.tools[pk.tool.Name]
+	if td == nil || td.incarnation != pk.tool.Incarnation || td.version != pk.tool.Version {
+		td = &toolDefs{incarnation: pk.tool.Incarnation, version: pk.tool.Version, defs: map[defKey]builtDef{}}
+		x.tools[pk.tool.Name] = td
+	}
+	b, ok := td.defs[key]
+	x.mu.Unlock()
+	if ok {
+		return b.def, b.inline, b.unions, b.err
+	}
+	def, inline, unions, err := definition(pk, o)
+	x.mu.Lock()
+	if cur := x.tools[pk.tool.Name]; cur == td {
+		td.defs[key] = builtDef{def, inline, unions, err}
+	}
+	x.mu.Unlock()
+	return def, inline, unions, err
+}
+
+// forget drops the cached definitions of tools the snapshot no longer has.
+func (x *Exporter) forget(s Snapshot) {
+	if x == nil {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.tools) <= len(s.Tools) {
+		return
+	}
+	have := make(map[string]bool, len(s.Tools))
+	for _, t := range s.Tools {
+		have[t.Name] = true
+	}
+	for name := range x.tools {
+		if !have[name] {
+			delete(x.tools, name)
+		}
+	}
+}
+
+// Build returns the export of snapshot s for principal p, building every
+// definition afresh (see Exporter.Build).
+func Build(s Snapshot, p *auth.Principal, o Options) (*Export, error) {
+	return (*Exporter)(nil).Build(s, p, o)
+}
+
 // Build returns the export of snapshot s for principal p. Errors are
 // *fault.Error: INVALID_ARGUMENT for an unknown format, NOT_FOUND
 // TOOLSET_NOT_FOUND for a toolset p does not see, FAILED_PRECONDITION
 // TOOLSET_DISABLED for a disabled one.
-func Build(s Snapshot, p *auth.Principal, o Options) (*Export, error) {
+func (x *Exporter) Build(s Snapshot, p *auth.Principal, o Options) (*Export, error) {
 	if _, ok := ParseFormat(string(o.Format)); !ok {
 		var v fault.Violations
 		v.Add("format", "must be one of %s", formatNames())
@@ -206,11 +295,12 @@ func Build(s Snapshot, p *auth.Principal, o Options) (*Export, error) {
 	if err != nil {
 		return nil, err
 	}
-	x := &Export{Format: o.Format}
+	x.forget(s)
+	out := &Export{Format: o.Format}
 	var ok []pick
 	for _, pk := range picks {
 		if own := owners[pk.name]; len(own) > 1 {
-			x.Omitted = append(x.Omitted, Omission{Name: pk.name, Tool: pk.tool.Name, Action: pk.action.Name,
+			out.Omitted = append(out.Omitted, Omission{Name: pk.name, Tool: pk.tool.Name, Action: pk.action.Name,
 				Reason: fmt.Sprintf("its exported name %q is shared by %s; ExecuteTool cannot tell them apart", pk.name, strings.Join(own, " and "))})
 			continue
 		}
@@ -224,20 +314,20 @@ func Build(s Snapshot, p *auth.Principal, o Options) (*Export, error) {
 			leftover = append(leftover, pk)
 			continue
 		}
-		def, inline, u, err := definition(pk, o)
+		def, inline, u, err := x.definition(pk, o)
 		if err != nil {
-			x.Omitted = append(x.Omitted, Omission{Name: pk.name, Tool: pk.tool.Name, Action: pk.action.Name, Reason: err.Error()})
+			out.Omitted = append(out.Omitted, Omission{Name: pk.name, Tool: pk.tool.Name, Action: pk.action.Name, Reason: err.Error()})
 			continue
 		}
 		unions += u
 		if !inline {
 			leftover = append(leftover, pk)
 		}
-		x.Entries = append(x.Entries, Entry{Name: pk.name, Tool: pk.tool.Name, Action: pk.action.Name, Definition: def})
+		out.Entries = append(out.Entries, Entry{Name: pk.name, Tool: pk.tool.Name, Action: pk.action.Name, Definition: def})
 	}
-	x.Guidance = guidanceMarkdown(sets, leftover)
-	x.Warnings = warnings(o, len(x.Entries), unions)
-	return x, nil
+	out.Guidance = guidanceMarkdown(sets, leftover)
+	out.Warnings = warnings(o, len(out.Entries), unions)
+	return out, nil
 }
 
 func formatNames() string {

@@ -326,3 +326,45 @@ func TestByteStable(t *testing.T) {
 		}
 	}
 }
+
+// An Exporter answers what Build does, keeps definitions per tool version,
+// and builds again when the tool changes.
+func TestExporterCache(t *testing.T) {
+	s := demoSnapshot()
+	for _, tool := range s.Tools {
+		tool.Incarnation, tool.Version = "inc-"+tool.Name, 1
+	}
+	x := NewExporter()
+	for _, o := range []Options{{Format: FormatMCP}, {Format: FormatAnthropic, Strict: true}, {Format: FormatOpenAIChat}} {
+		for range 2 {
+			got, want := mustBuildWith(t, x, s, o), mustBuild(t, s, everyone, o)
+			if string(got.JSON()) != string(want.JSON()) || got.Guidance != want.Guidance {
+				t.Fatalf("%+v: the Exporter's export differs from Build's", o)
+			}
+		}
+	}
+	// A new version of echo with another description: built again.
+	echo := *s.Tools[2]
+	echo.Actions = append([]store.Action(nil), echo.Actions...)
+	echo.Actions[0].Description = "Say it back."
+	echo.Version = 2
+	s.Tools[2] = &echo
+	if got := mustBuildWith(t, x, s, Options{Format: FormatMCP}); !strings.Contains(string(got.JSON()), `"description":"Say it back.`) {
+		t.Fatal("the Exporter kept the old version's definition")
+	}
+	// Tools that left the registry leave the cache.
+	s.Tools = s.Tools[:1]
+	mustBuildWith(t, x, s, Options{Format: FormatMCP})
+	if len(x.tools) != 1 {
+		t.Fatalf("%d tools cached", len(x.tools))
+	}
+}
+
+func mustBuildWith(t *testing.T, x *Exporter, s Snapshot, o Options) *Export {
+	t.Helper()
+	out, err := x.Build(s, everyone, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -180,7 +180,7 @@ func (s *registryServer) ExportTools(ctx context.Context, req *toolsvcv1.ExportT
 	if err := v.Err("invalid export request"); err != nil {
 		return nil, err
 	}
-	x, err := export.Build(s.reg.Snapshot(), p, export.Options{Format: format, Toolset: req.GetToolset(), Strict: req.GetStrict()})
+	x, err := s.exports.Build(s.reg.Snapshot(), p, export.Options{Format: format, Toolset: req.GetToolset(), Strict: req.GetStrict()})
 	if err != nil {
 		return nil, err
 	}
