@@ -3,6 +3,7 @@ package export
 import (
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/toolsvc/toolsvc/internal/auth"
@@ -367,4 +368,27 @@ func mustBuildWith(t *testing.T, x *Exporter, s Snapshot, o Options) *Export {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// Concurrent exports from one Exporter agree, byte for byte.
+func TestExporterConcurrent(t *testing.T) {
+	s := demoSnapshot()
+	for _, tool := range s.Tools {
+		tool.Incarnation, tool.Version = "inc-"+tool.Name, 1
+	}
+	x := NewExporter()
+	want := mustBuild(t, s, everyone, Options{Format: FormatAnthropic, Strict: true})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 20 {
+				got, err := x.Build(s, everyone, Options{Format: FormatAnthropic, Strict: true})
+				if err != nil || string(got.JSON()) != string(want.JSON()) {
+					t.Error("a concurrent export differs")
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
