@@ -8,5 +8,14 @@
 //
 // The gRPC ExportTools handler, the CLI's `tools export` and the MCP front
 // door all build their answers here, so that they share one mapping of
-// names. The rules are documented in docs/exports.md.
+// names. A server builds exports with one Exporter:
+//
+//	exports := export.NewExporter() // one per process: it caches per tool version
+//	out, err := exports.Build(reg.Snapshot(), principal, export.Options{Format: export.FormatMCP})
+//	// out.Entries[i].Definition is a tools/list entry (_meta MetaTool, MetaAction),
+//	// out.Guidance the principal's toolset guidance (an MCP server's instructions).
+//
+// and resolves a name a model calls with registry.ResolveExported (or
+// passes it to ExecuteTool as the tool, with no action). The rules are
+// documented in docs/exports.md.
 package export
