@@ -28,6 +28,8 @@ type fakeConnectors struct {
 	discovers int
 	asked     []string // the URL or command of each discovery
 	forgot    []string
+	probes    []bool // what each probe's done was told (kept or not)
+	problem   string
 }
 
 var _ tools.Connectors = (*fakeConnectors)(nil)
@@ -50,6 +52,24 @@ func (f *fakeConnectors) Discover(_ context.Context, def *store.Tool) ([]connect
 	out := make([]connector.ServerTool, len(f.list))
 	copy(out, f.list)
 	return out, nil
+}
+
+func (f *fakeConnectors) Probe(ctx context.Context, def *store.Tool) ([]connector.ServerTool, func(bool), error) {
+	list, err := f.Discover(ctx, def)
+	if err != nil {
+		return nil, func(bool) {}, err
+	}
+	return list, func(keep bool) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.probes = append(f.probes, keep)
+	}, nil
+}
+
+func (f *fakeConnectors) Problem(string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.problem
 }
 
 func (f *fakeConnectors) Forget(id string) {
@@ -99,11 +119,28 @@ func backends(t *testing.T, fn func(t *testing.T, st store.Store)) {
 
 func newConnectorRegistry(t *testing.T, st store.Store, fc *fakeConnectors) *Registry {
 	t.Helper()
-	r, err := New(Options{Store: st, Providers: []tools.Provider{demoProvider()}, Connectors: fc, Now: fixedClock()})
+	r, err := New(Options{Store: st, Providers: []tools.Provider{demoProvider()}, Connectors: fc, Now: fixedClock(), Trust: openTrust(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// openTrust lets the connectors of these tests send their secrets where
+// they point and run the programs they name.
+func openTrust(t *testing.T) *connector.Trust {
+	t.Helper()
+	tr, err := connector.NewTrust(connector.TrustConfig{
+		AllowedCommands: []string{"/usr/bin/files-server"},
+		Destinations: []connector.Destination{
+			{Connector: "files", Hosts: []string{"127.0.0.1", "files.example.com"}, Commands: []string{"/usr/bin/files-server"}},
+			{Connector: "billing", Hosts: []string{"api.example.com", "127.0.0.1"}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
 }
 
 func actionRisks(tl *store.Tool) map[string]toolkit.RiskLevel {

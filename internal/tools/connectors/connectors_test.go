@@ -121,6 +121,8 @@ func (f *fakeSession) changed() {
 	fn()
 }
 
+func (f *fakeSession) Problem() string { return "" }
+
 func (f *fakeSession) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -164,10 +166,11 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	srv := &fakeServer{tools: serverTools()}
-	m := New(Options{Secrets: secretsStore(), MCP: srv.dial})
+	trust := testTrust(t)
+	m := New(Options{Secrets: secretsStore(), MCP: srv.dial, Trust: trust})
 	m.retryBase = 20 * time.Millisecond
 	st := memory.New()
-	reg, err := registry.New(registry.Options{Store: st, Connectors: m})
+	reg, err := registry.New(registry.Options{Store: st, Connectors: m, Trust: trust})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,6 +188,26 @@ func newRig(t *testing.T) *rig {
 		st.Close()
 	})
 	return &rig{srv: srv, m: m, reg: reg, st: st}
+}
+
+// testTrust lets the API run files-server (found at /usr/bin/files-server)
+// with its secrets.
+func testTrust(t *testing.T) *connector.Trust {
+	t.Helper()
+	tr, err := connector.NewTrust(connector.TrustConfig{
+		AllowedCommands: []string{"files-server"},
+		Destinations:    []connector.Destination{{Connector: "files", Commands: []string{"files-server"}}},
+		LookPath: func(name string) (string, error) {
+			if name == "files-server" {
+				return "/usr/bin/files-server", nil
+			}
+			return "", errors.New("not found")
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
 }
 
 func filesTool() *store.Tool {
@@ -420,7 +443,7 @@ func TestBindWithoutMCPAndHTTP(t *testing.T) {
 		t.Fatalf("http binds to %T", impl)
 	}
 	srv := &fakeServer{dialErr: errors.New("exec: server.js: not found")}
-	m2 := New(Options{MCP: srv.dial})
+	m2 := New(Options{MCP: srv.dial, Trust: testTrust(t)})
 	defer m2.Close()
 	impl, err = m2.Bind(filesTool())
 	if err != nil {
