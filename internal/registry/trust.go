@@ -20,12 +20,11 @@ func (r *Registry) admit(ctx context.Context, t *store.Tool, p RegisterParams) e
 	if t == nil || t.Connector == nil {
 		return nil
 	}
-	var err error
-	if p.Source == store.SourceAPI {
+	// Whose secrets these are comes first: a collision is refused wherever
+	// they would be sent.
+	err := r.trust.Names(t.Name, t.Connector, r.secretHolders(t.Name))
+	if err == nil && p.Source == store.SourceAPI {
 		err = r.trust.CheckAPI(t.Name, t.Connector)
-	}
-	if err == nil {
-		err = r.trust.Names(t.Name, t.Connector, r.secretHolders(t.Name))
 	}
 	if err != nil {
 		r.refused(ctx, t, p, err)

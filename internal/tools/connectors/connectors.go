@@ -242,7 +242,13 @@ func (m *Manager) Discover(ctx context.Context, def *store.Tool) ([]connector.Se
 	list, err := s.client.Tools(ctx)
 	if err != nil {
 		err = tools.ScrubError(s.scrub, err)
-		m.problem(def.Name, err.Error())
+		// The session's own account of why it cannot open is stable from
+		// one attempt to the next (the error says when the next one is).
+		why := s.client.Problem()
+		if why == "" {
+			why = err.Error()
+		}
+		m.problem(def.Name, s.scrub.Scrub(why))
 		m.failed(def.Name)
 		return nil, err
 	}
@@ -326,7 +332,7 @@ func (m *Manager) Problem(id string) string {
 	why := m.problems[id]
 	m.mu.Unlock()
 	if s != nil {
-		return s.client.Problem()
+		return s.scrub.Scrub(s.client.Problem())
 	}
 	return why
 }
