@@ -401,9 +401,9 @@ func sortedKeys[V any](m map[string]V) []string {
 // Names says why s's secrets may not be read for connector id (a
 // *fault.Error SECRET_NAME_COLLISION), or returns nil: a secret whose
 // environment variable lies in the namespace of another connector id —
-// one of others, a connector of the tools file or of secrets.destinations,
-// or an id the server reads secrets under itself — could be that
-// connector's secret (connector "billing-api" with key "key" reads
+// one of others, a connector of the tools file or of secrets.destinations
+// — or of an id the server reads secrets under itself (even the
+// connector's own) could be that one's secret (connector "billing-api" with key "key" reads
 // TOOLSVC_SECRET_BILLING_API_KEY, connector "billing"'s "api_key").
 func (t *Trust) Names(id string, s *Spec, others []string) error {
 	if s == nil {
@@ -415,7 +415,6 @@ func (t *Trust) Names(id string, s *Spec, others []string) error {
 	}
 	known := slices.Clone(others)
 	if t != nil {
-		known = append(known, t.reserved...)
 		for aid, a := range t.anchors {
 			if len(a.SecretKeys()) > 0 {
 				known = append(known, aid)
@@ -427,10 +426,20 @@ func (t *Trust) Names(id string, s *Spec, others []string) error {
 	}
 	slices.Sort(known)
 	known = slices.Compact(known)
+	var reserved []string
+	if t != nil {
+		reserved = t.reserved
+	}
 	for _, k := range keys {
 		name := secrets.EnvName(id, k)
 		for _, o := range known {
 			if o != id && strings.HasPrefix(name, secrets.EnvNamespace(o)) {
+				return fault.SecretNameCollision(id, k, name, o)
+			}
+		}
+		// The server's own secrets are no connector's, whatever its id.
+		for _, o := range reserved {
+			if strings.HasPrefix(name, secrets.EnvNamespace(o)) {
 				return fault.SecretNameCollision(id, k, name, o)
 			}
 		}

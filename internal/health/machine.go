@@ -92,7 +92,7 @@ func Next(cfg Config, cur store.ToolHealth, o Observation, now time.Time) (store
 			next.Status = store.HealthDegraded
 		}
 	case Unreachable:
-		if open && cur.LastError == lastError(o.Error) {
+		if cur.Status == store.HealthUnavailable && cur.LastError == lastError(o.Error) {
 			// Said again (every refused call, every retry): no change.
 			return cur, false
 		}

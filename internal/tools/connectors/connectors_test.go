@@ -473,3 +473,120 @@ func TestFailedDialIsRetried(t *testing.T) {
 		return len(got.Actions) == len(serverTools())
 	})
 }
+
+// TestProbeLeavesNothingBehind: a probe of a server that does not answer
+// closes what it opened and schedules nothing; one that answers is closed
+// unless the definition was stored, and then replaces the connector's
+// session.
+func TestProbeLeavesNothingBehind(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.srv.set(nil, fmt.Errorf("no MCP here, token %s", canary))
+	_, done, err := r.m.Probe(ctx, filesTool())
+	done(true) // a no-op after a failure
+	if err == nil || leaks(err.Error()) {
+		t.Fatalf("a probe of a failing server: %v", err)
+	}
+	if s := r.srv.current(); !s.isClosed() {
+		t.Fatal("the failed probe's session is open")
+	}
+	r.m.mu.Lock()
+	sessions, timers := len(r.m.sessions), 0
+	for _, st := range r.m.syncs {
+		if st.timer != nil {
+			timers++
+		}
+	}
+	r.m.mu.Unlock()
+	if sessions != 0 || timers != 0 {
+		t.Fatalf("after a failed probe: %d sessions, %d retries scheduled", sessions, timers)
+	}
+
+	r.srv.set(serverTools(), nil)
+	list, done, err := r.m.Probe(ctx, filesTool())
+	if err != nil || len(list) != len(serverTools()) {
+		t.Fatalf("probe: %d tools, %v", len(list), err)
+	}
+	probed := r.srv.current()
+	done(false)
+	if !probed.isClosed() {
+		t.Fatal("a probe whose definition was not stored kept its session")
+	}
+	stored := r.register(t) // probes, and keeps the session
+	kept := r.srv.current()
+	if kept.isClosed() || stored.Version != 1 {
+		t.Fatal("the stored definition's probe session was closed")
+	}
+	// Its calls use that session: no other is opened.
+	e, _ := r.reg.Lookup("files")
+	if _, err := e.Impl.Execute(ctx, &toolkit.Call{Tool: "files", Action: "read_file", Arguments: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if r.srv.current() != kept {
+		t.Fatal("a call opened another session")
+	}
+}
+
+// problemSession is a session that cannot be opened.
+type problemSession struct{ fakeSession }
+
+func (problemSession) Problem() string { return "cannot start the server: exec: no such file or directory" }
+
+// TestProblemTellsWhyAConnectorCannotServe: a discovery that fails is the
+// connector's problem (told to OnProblem once) until one succeeds; a
+// session that cannot be opened says why itself.
+func TestProblemTellsWhyAConnectorCannotServe(t *testing.T) {
+	var mu sync.Mutex
+	var told []string
+	srv := &fakeServer{toolsErr: errors.New("listing failed")}
+	m := New(Options{Secrets: secretsStore(), Trust: testTrust(t), MCP: srv.dial, OnProblem: func(id, why string) {
+		mu.Lock()
+		defer mu.Unlock()
+		told = append(told, id+": "+why)
+	}})
+	defer m.Close()
+	ctx := context.Background()
+	def := filesTool()
+	def.Source = store.SourceFile
+	for range 2 {
+		if _, err := m.Discover(ctx, def); err == nil {
+			t.Fatal("discovery of a failing server succeeded")
+		}
+	}
+	if p := m.Problem("files"); p != "" {
+		// The fake session is open: it has no problem of its own.
+		t.Fatalf("Problem = %q while the session is open", p)
+	}
+	srv.set(serverTools(), nil)
+	if _, err := m.Discover(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := strings.Join(told, "\n")
+	mu.Unlock()
+	if got != "files: listing failed\nfiles: " {
+		t.Fatalf("OnProblem was told:\n%s", got)
+	}
+
+	// A client that says why it has no session.
+	dial := func(cfg MCPConfig, st secrets.Store, log *slog.Logger) (MCPClient, error) {
+		return &problemSession{fakeSession{srv: srv, cfg: cfg}}, nil
+	}
+	m2 := New(Options{Trust: testTrust(t), MCP: dial})
+	defer m2.Close()
+	if _, err := m2.Discover(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+	if p := m2.Problem("files"); !strings.Contains(p, "no such file or directory") {
+		t.Fatalf("Problem = %q", p)
+	}
+	// A definition the trust rules refuse is never opened.
+	api := filesTool()
+	api.Connector.Command = []string{"/bin/sh", "-c", "id"}
+	if _, err := m.Discover(ctx, api); err == nil || !strings.Contains(err.Error(), "may not run") {
+		t.Fatalf("an untrusted definition: %v", err)
+	}
+	if _, err := m.Bind(api); err == nil {
+		t.Fatal("an untrusted definition was bound")
+	}
+}
