@@ -173,11 +173,11 @@ func TestTrustNames(t *testing.T) {
 		other []string
 		want  string // the other connector, or ""
 	}{
-		{"billing-api", []string{"key"}, nil, "billing"},     // TOOLSVC_SECRET_BILLING_API_KEY
-		{"billing_eu", []string{"token"}, nil, "billing"},    // TOOLSVC_SECRET_BILLING_EU_TOKEN
-		{"billing", []string{"api_key"}, nil, ""},            // its own
+		{"billing-api", []string{"key"}, nil, "billing"},  // TOOLSVC_SECRET_BILLING_API_KEY
+		{"billing_eu", []string{"token"}, nil, "billing"}, // TOOLSVC_SECRET_BILLING_EU_TOKEN
+		{"billing", []string{"api_key"}, nil, ""},         // its own
 		{"billing", []string{"eu.token"}, []string{"billing-eu"}, "billing-eu"},
-		{"billingx", []string{"key"}, nil, ""},               // TOOLSVC_SECRET_BILLINGX_ is not billing's
+		{"billingx", []string{"key"}, nil, ""}, // TOOLSVC_SECRET_BILLINGX_ is not billing's
 		{"notifications-slack", []string{"url"}, nil, "notifications"},
 		{"notifications", []string{"webhook"}, nil, "notifications"},
 		{"gh-enterprise", []string{"token"}, nil, "gh"},

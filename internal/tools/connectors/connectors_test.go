@@ -530,7 +530,9 @@ func TestProbeLeavesNothingBehind(t *testing.T) {
 // problemSession is a session that cannot be opened.
 type problemSession struct{ fakeSession }
 
-func (problemSession) Problem() string { return "cannot start the server: exec: no such file or directory" }
+func (*problemSession) Problem() string {
+	return "cannot start the server: exec: no such file or directory"
+}
 
 // TestProblemTellsWhyAConnectorCannotServe: a discovery that fails is the
 // connector's problem (told to OnProblem once) until one succeeds; a
