@@ -14,15 +14,22 @@ import (
 // admit holds a connector definition about to be registered to the trust
 // rules (docs/connectors.md#threat-model): from the API, what it runs and
 // where its secrets go (connector.Trust.CheckAPI); from any source, that no
-// secret of it is read from where another connector's is. A refusal is
+// secret of it is read from where another connector's is — for the API,
+// any connector registered, of the tools file or configured; for the tools
+// file, those of the server's configuration only (the file wins over what
+// the API registered, which is not served once it collides). A refusal is
 // audited (tool.refused) and returned as it is.
 func (r *Registry) admit(ctx context.Context, t *store.Tool, p RegisterParams) error {
 	if t == nil || t.Connector == nil {
 		return nil
 	}
+	var others []string
+	if p.Source != store.SourceFile {
+		others = r.secretHolders(t.Name)
+	}
 	// Whose secrets these are comes first: a collision is refused wherever
 	// they would be sent.
-	err := r.trust.Names(t.Name, t.Connector, r.secretHolders(t.Name))
+	err := r.trust.Names(t.Name, t.Connector, others)
 	if err == nil && p.Source == store.SourceAPI {
 		err = r.trust.CheckAPI(t.Name, t.Connector)
 	}
@@ -51,6 +58,9 @@ func (r *Registry) secretHolders(name string) []string {
 func (r *Registry) trusted(t *store.Tool) error {
 	if t == nil || t.Connector == nil || t.Source == store.SourceFile {
 		return nil
+	}
+	if err := r.trust.Names(t.Name, t.Connector, nil); err != nil {
+		return err
 	}
 	return r.trust.CheckAPI(t.Name, t.Connector)
 }
