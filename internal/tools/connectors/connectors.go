@@ -299,6 +299,11 @@ func (m *Manager) Probe(ctx context.Context, def *store.Tool) ([]connector.Serve
 	defer cancel()
 	list, err := s.client.Tools(ctx)
 	if err != nil {
+		if why := s.client.Problem(); why != "" && s != cur {
+			// Why no session opened, without the next attempt the
+			// session would make: the probe makes none.
+			err = errors.New(why)
+		}
 		err = tools.ScrubError(s.scrub, err)
 		if s != cur {
 			m.closeSession(s)
