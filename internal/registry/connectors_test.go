@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -135,6 +136,7 @@ func openTrust(t *testing.T) *connector.Trust {
 		Destinations: []connector.Destination{
 			{Connector: "files", Hosts: []string{"127.0.0.1", "files.example.com"}, Commands: []string{"/usr/bin/files-server"}},
 			{Connector: "billing", Hosts: []string{"api.example.com", "127.0.0.1"}},
+			{Connector: "files3", Hosts: []string{"127.0.0.1"}},
 		},
 	})
 	if err != nil {
@@ -528,4 +530,52 @@ connectors:
 			t.Errorf("no problem %q in:\n%s", want, all)
 		}
 	}
+}
+
+// TestRegisterKeepsWhatItProbedOnlyWhenStored: what a probe opened serves
+// the connector only if the definition was stored; a dry run, a refusal
+// after the probe and an unreachable server leave it closed, and each
+// refusal is a tool.refused event.
+func TestRegisterKeepsWhatItProbedOnlyWhenStored(t *testing.T) {
+	backends(t, func(t *testing.T, st store.Store) {
+		ctx := t.Context()
+		fc := &fakeConnectors{list: serverTools()}
+		r := newConnectorRegistry(t, st, fc)
+		if err := r.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := r.Register(ctx, RegisterParams{Tool: mcpTool(), Actor: "ops", ValidateOnly: true}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := r.Register(ctx, RegisterParams{Tool: mcpTool(), Actor: "ops"}); err != nil {
+			t.Fatal(err)
+		}
+		// A version that does not match: refused after the probe.
+		bad := mcpTool()
+		bad.Description = "changed"
+		if _, _, err := r.Register(ctx, RegisterParams{Tool: bad, Actor: "ops", ExpectedVersion: 7}); !isReason(err, fault.ReasonVersionConflict) {
+			t.Fatalf("a version conflict: %v", err)
+		}
+		fc.mu.Lock()
+		probes := slices.Clone(fc.probes)
+		fc.mu.Unlock()
+		if !slices.Equal(probes, []bool{false, true, false}) {
+			t.Fatalf("probes were told %v, want dry run, stored, refused", probes)
+		}
+		fc.set(nil, errors.New("connection refused"))
+		other := mcpTool()
+		other.Name = "files3"
+		_, _, err := r.Register(ctx, RegisterParams{Tool: other, Actor: "ops-2"})
+		if !isReason(err, fault.ReasonConnectorUnavailable) {
+			t.Fatalf("an unreachable server: %v", err)
+		}
+		evs, err := st.ListAuditEvents(ctx, store.AuditFilter{Types: []string{audit.ToolRefused}})
+		if err != nil || len(evs) != 1 || evs[0].Tool != "files3" || evs[0].Principal != "ops-2" ||
+			evs[0].DetailMap()["reason"] != fault.ReasonConnectorUnavailable || evs[0].DetailMap()["destination"] != "http://127.0.0.1:9/mcp" {
+			t.Fatalf("tool.refused: %v %+v", err, evs)
+		}
+		if _, err := st.GetTool(ctx, "files3"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("the refused tool was stored: %v", err)
+		}
+	})
 }
