@@ -51,8 +51,10 @@ type Scrubber struct {
 	labels map[string][]string // label -> its values, most recent last
 	extra  []string            // values added without a label
 	// exact are the forms matched as they are (base64); folded the forms
-	// matched in any ASCII letter case, lower-cased. Longest first.
-	exact, folded []string
+	// matched in any ASCII letter case, lower-cased; decoded the folded
+	// forms looked for in text whose escapes were decoded (the values, and
+	// their query encoding, whose "+" is not decoded). Longest first.
+	exact, folded, decoded []string
 }
 
 // maxDecodes is how many levels of escaping a Scrubber sees through (a
@@ -97,7 +99,7 @@ func (s *Scrubber) Set(label string, v Secret) {
 
 // rebuild recomputes the needles. Called with mu held.
 func (s *Scrubber) rebuild() {
-	exact, folded := map[string]bool{}, map[string]bool{}
+	exact, folded, decoded := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	add := func(v string) {
 		if len(v) < MinScrubLength {
 			return
@@ -107,6 +109,8 @@ func (s *Scrubber) rebuild() {
 				folded[asciiLower(n)] = true
 			}
 		}
+		decoded[asciiLower(v)] = true
+		decoded[asciiLower(url.QueryEscape(v))] = true
 		for _, n := range base64Forms(v) {
 			if len(n) >= MinScrubLength {
 				exact[n] = true
@@ -121,7 +125,7 @@ func (s *Scrubber) rebuild() {
 	for _, v := range s.extra {
 		add(v)
 	}
-	s.exact, s.folded = longestFirst(exact), longestFirst(folded)
+	s.exact, s.folded, s.decoded = longestFirst(exact), longestFirst(folded), longestFirst(decoded)
 }
 
 // longestFirst returns the set's members, longest first, ties by value
@@ -197,23 +201,20 @@ func (s *Scrubber) Scrub(text string) string {
 		return text
 	}
 	s.mu.RLock()
-	exact, folded := s.exact, s.folded
+	exact, folded, decoded := s.exact, s.folded, s.decoded
 	s.mu.RUnlock()
 	if len(exact) == 0 && len(folded) == 0 {
 		return text
 	}
-	var found []span
 	v := identityView(text)
-	for level := 0; ; level++ {
-		found = v.find(found, exact, folded)
-		if level == maxDecodes {
-			break
-		}
+	found := v.find(nil, exact, folded)
+	for level := 0; level < maxDecodes; level++ {
 		next, ok := v.decode()
 		if !ok {
 			break
 		}
 		v = next
+		found = v.find(found, exact, decoded)
 	}
 	return redact(text, found)
 }

@@ -83,49 +83,64 @@ func asciiLower(s string) string {
 // five named ones XML has).
 func (v view) decode() (view, bool) {
 	s := v.s
-	if !strings.ContainsAny(s, `%\&`) {
+	next := strings.IndexAny(s, `%\&`)
+	if next < 0 {
 		return v, false
 	}
-	out := view{
-		from: make([]int32, 0, len(s)),
-		to:   make([]int32, 0, len(s)),
-	}
-	var b strings.Builder
-	b.Grow(len(s))
-	changed := false
-	emit := func(p []byte, i, j int) {
-		src := v.span(i, j)
-		for range p {
-			out.from = append(out.from, int32(src.start))
-			out.to = append(out.to, int32(src.end))
+	// Every escape is longer than what it decodes to, so the decoded text
+	// fits in len(s) bytes.
+	out := make([]byte, 0, len(s))
+	from := make([]int32, 0, len(s))
+	to := make([]int32, 0, len(s))
+	// copyRun copies s[i:j], which holds no escape.
+	copyRun := func(i, j int) {
+		out = append(out, s[i:j]...)
+		for k := i; k < j; k++ {
+			if v.from == nil {
+				from, to = append(from, int32(k)), append(to, int32(k+1))
+			} else {
+				from, to = append(from, v.from[k]), append(to, v.to[k])
+			}
 		}
-		b.Write(p)
 	}
+	changed := false
 	var buf [utf8.UTFMax]byte
-	for i := 0; i < len(s); {
+	i := 0
+	for i < len(s) {
+		if next < 0 {
+			copyRun(i, len(s))
+			break
+		}
+		copyRun(i, next)
+		i = next
 		r, n := unescapeAt(s, i)
 		if n == 0 {
-			src := v.span(i, i+1)
-			out.from = append(out.from, int32(src.start))
-			out.to = append(out.to, int32(src.end))
-			b.WriteByte(s[i])
+			copyRun(i, i+1)
 			i++
-			continue
-		}
-		changed = true
-		if r < 0 {
-			emit([]byte{byte(-r - 1)}, i, i+n) // a raw byte (\xHH, %HH, octal)
 		} else {
-			w := utf8.EncodeRune(buf[:], r)
-			emit(buf[:w], i, i+n)
+			changed = true
+			var p []byte
+			if r < 0 {
+				buf[0] = byte(-r - 1) // a raw byte (\xHH, %HH, octal)
+				p = buf[:1]
+			} else {
+				p = buf[:utf8.EncodeRune(buf[:], r)]
+			}
+			src := v.span(i, i+n)
+			for range p {
+				from, to = append(from, int32(src.start)), append(to, int32(src.end))
+			}
+			out = append(out, p...)
+			i += n
 		}
-		i += n
+		if next = strings.IndexAny(s[i:], `%\&`); next >= 0 {
+			next += i
+		}
 	}
 	if !changed {
 		return v, false
 	}
-	out.s = b.String()
-	return out, true
+	return view{s: string(out), from: from, to: to}, true
 }
 
 // unescapeAt decodes the escape that starts at s[i], if any: it returns
