@@ -68,6 +68,10 @@ const (
 	ReasonToolsetNotFound      = "TOOLSET_NOT_FOUND"
 	ReasonToolsetDisabled      = "TOOLSET_DISABLED"
 	ReasonExportedNameShared   = "EXPORTED_NAME_SHARED"
+	// Reasons of the connectors' trust rules (docs/connectors.md#threat-model).
+	ReasonCommandNotAllowed           = "COMMAND_NOT_ALLOWED"
+	ReasonSecretDestinationNotAllowed = "SECRET_DESTINATION_NOT_ALLOWED"
+	ReasonSecretNameCollision         = "SECRET_NAME_COLLISION"
 )
 
 // Reasons of the per-principal limits (see package quota).
