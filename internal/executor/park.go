@@ -136,7 +136,7 @@ func (e *Executor) lostClaim(ctx context.Context, c *call, held *store.Call) (*R
 	if !goOn {
 		return resp, err
 	}
-	return e.evaluate(ctx, c)
+	return e.conclude(ctx, c, e.evaluate(ctx, c))
 }
 
 // newRecord builds the call record claimed for c.

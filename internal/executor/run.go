@@ -24,27 +24,12 @@ const reserveTimeout = writeTimeout
 // run reserves the key (step 10), executes the tool (11) and records the
 // outcome (12).
 func (e *Executor) run(ctx context.Context, c *call) (*Response, error) {
-	if c.unread {
-		// Read the key before the claim when the caller is gone (the read
-		// refuses as it did before the gate: nothing is reserved) or when
-		// Admit may claim the half-open circuit's one probe, which a retry
-		// of a finished call must not take.
-		h, ok := e.health.Get(c.tool.Name)
-		if ctx.Err() != nil || (ok && h.Status == store.HealthUnavailable) {
-			if resp, found, err := e.readDeferred(ctx, c); found {
-				return resp, err
-			}
-		}
-	}
 	adm, err := e.health.Admit(ctx, c.tool.Name)
 	if err != nil {
-		if resp, found, rerr := e.readDeferred(ctx, c); found {
-			return resp, rerr
-		}
 		if ctx.Err() != nil {
-			return nil, e.storeErr(ctx, c, err)
+			return e.conclude(ctx, c, e.failure(c, err))
 		}
-		return nil, e.reject(ctx, c, err)
+		return e.conclude(ctx, c, e.refusal(c, err))
 	}
 	now := e.now()
 	// The deadline goes on the tool's context (and in toolkit.Call.Deadline,
