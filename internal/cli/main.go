@@ -2,7 +2,7 @@
 // server, `toolsvc migrate` manages the Postgres schema, `toolsvc token`
 // makes bearer tokens, `toolsvc version` says which build this is; the
 // other commands are clients of a running server.
-package main
+package cli
 
 import (
 	"context"
