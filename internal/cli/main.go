@@ -1,7 +1,9 @@
-// Command toolsvc is the tool execution service: `toolsvc serve` runs the gRPC
+// Package cli is toolsvc's command line: `toolsvc serve` runs the gRPC
 // server, `toolsvc migrate` manages the Postgres schema, `toolsvc token`
 // makes bearer tokens, `toolsvc version` says which build this is; the
-// other commands are clients of a running server.
+// other commands are clients of a running server. cmd/toolsvc runs it, and
+// so does every build of toolsvc made with the public package
+// github.com/toolsvc/toolsvc (Run, with the build's own native tools).
 package cli
 
 import (
@@ -9,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -22,10 +23,6 @@ const (
 	exitFailure = 1 // the command ran and failed
 	exitUsage   = 2 // bad flags, arguments or configuration
 )
-
-func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, os.LookupEnv))
-}
 
 // env looks up environment variables (os.LookupEnv, or a map in tests).
 type env func(string) (string, bool)

@@ -159,11 +159,11 @@ func TestReadme(t *testing.T) {
 	}
 }
 
-// buildToolsvc builds this command into dir and returns the binary's path.
+// buildToolsvc builds cmd/toolsvc into dir and returns the binary's path.
 func buildToolsvc(t *testing.T, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "toolsvc")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/toolsvc").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin

@@ -39,7 +39,9 @@ must be up to date (toolsvc migrate up, or --migrate).`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 
-			a, err := app.New(ctx, cfg, app.Options{Logger: log, Version: buildVersion()})
+			a, err := app.New(ctx, cfg, app.Options{
+				Logger: log, Version: buildVersion(), ExtraProviders: buildOf(cmd.Context()).Providers,
+			})
 			if err != nil {
 				return err
 			}

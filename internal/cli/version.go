@@ -8,7 +8,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// version is set at build time: go build -ldflags "-X main.version=v1.2.3".
+// version is set at build time:
+// go build -ldflags "-X github.com/toolsvc/toolsvc/internal/cli.version=v1.2.3".
 // Without it the module version or VCS revision from the build info is used.
 var version = ""
 
