@@ -187,4 +187,3 @@ func freeAddr(t *testing.T) string {
 	defer lis.Close()
 	return lis.Addr().String()
 }
-
