@@ -67,6 +67,10 @@ type Options struct {
 	// AuditDetailMaxBytes bounds the detail of each event of a call.
 	// Default audit.DefaultDetailMaxBytes.
 	AuditDetailMaxBytes int
+
+	// NestedMaxDepth bounds how deeply calls nest (a call's steps are at
+	// depth 1). Default DefaultNestedMaxDepth.
+	NestedMaxDepth int
 }
 
 // Executor runs tool calls.
@@ -125,6 +129,9 @@ func New(o Options) (*Executor, error) {
 	}
 	if o.AuditDetailMaxBytes <= 0 {
 		o.AuditDetailMaxBytes = audit.DefaultDetailMaxBytes
+	}
+	if o.NestedMaxDepth <= 0 {
+		o.NestedMaxDepth = DefaultNestedMaxDepth
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -244,12 +251,24 @@ type call struct {
 	// callerDeadline: the tool's deadline is the caller's, nearer than the
 	// tool's own timeout.
 	callerDeadline bool
+	// nest is set on a nested call: what it inherits from its parent.
+	nest *nesting
+	// childToken is a preview token this call's request presented for one
+	// of its steps (the call is parked behind that step's preview): its
+	// steps get it (nesting.previewToken).
+	childToken string
 }
 
 // Execute runs one call through the pipeline. Decisions the agent must act
 // on come back as a Response; caller and protocol problems as *fault.Error.
-func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) (resp *Response, err error) {
-	c := &call{req: req, principal: p}
+func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) (*Response, error) {
+	return e.pipeline(ctx, &call{req: req, principal: p})
+}
+
+// pipeline runs c, a request or a nested call (c.nest), through the
+// pipeline.
+func (e *Executor) pipeline(ctx context.Context, c *call) (resp *Response, err error) {
+	p, req := c.principal, c.req
 	ctx, observed := e.observeCall(ctx, c)
 	defer func() { observed(resp, err) }()
 	if p == nil {
@@ -259,6 +278,9 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 	// The envelope: names, key, context ids, arguments.
 	if err := e.checkEnvelope(ctx, c); err != nil {
 		return nil, err
+	}
+	if err := e.checkNesting(c); err != nil {
+		return nil, e.reject(ctx, c, err)
 	}
 
 	// 2. Registry lookup, served from the cache; health refusals.
@@ -279,6 +301,10 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 
 	// 3. Scopes: granted = principal ∩ request; every required scope held.
 	c.granted = p.GrantedScopes(req.Scopes)
+	if c.nest != nil {
+		// A step holds what its parent held, never more.
+		c.granted = slices.Clone(c.nest.granted)
+	}
 	if missing := missingScopes(c.tool.RequiredScopes, c.granted); len(missing) > 0 {
 		ferr := fault.ScopeViolation(c.tool.Name, missing)
 		return nil, e.refuse(ctx, c, audit.ScopeViolation, ferr,
@@ -342,7 +368,7 @@ func (e *Executor) judge(ctx context.Context, c *call, fresh bool) verdict {
 	if err := e.health.Check(c.req.Tool); err != nil {
 		return e.refusal(c, err)
 	}
-	if c.req.PreviewToken != "" && c.preview == nil {
+	if c.req.PreviewToken != "" && c.preview == nil && c.childToken == "" {
 		return e.refusal(c, fault.PreviewTokenMismatch(c.key, true))
 	}
 	return e.evaluate(ctx, c)
@@ -545,6 +571,9 @@ func (e *Executor) checkEnvelope(ctx context.Context, c *call) error {
 	if r.Autonomy != toolkit.AutonomyUnspecified && !r.Autonomy.Valid() {
 		v.Add("context.autonomy_level", "unknown autonomy level")
 	}
+	if c.nest != nil && !stepPattern.MatchString(r.StepID) {
+		v.Add("step.id", "a step's id must match %s", stepPattern)
+	}
 	for i, s := range r.Scopes {
 		field := fmt.Sprintf("context.scopes[%d]", i)
 		if v.CheckText(field, s) && (s == "" || strings.ContainsAny(s, " \t\r\n") || len(s) > 256) {
@@ -575,6 +604,9 @@ func (e *Executor) checkEnvelope(ctx context.Context, c *call) error {
 		c.key = idempotency.NewKey()
 	}
 	c.autonomy = gate.EffectiveAutonomy(r.Autonomy, c.principal)
+	if c.nest != nil && c.nest.autonomy < c.autonomy {
+		c.autonomy = c.nest.autonomy // never above the parent's
+	}
 	return nil
 }
 
@@ -615,6 +647,7 @@ func (e *Executor) toolCall(c *call, attempt int, deadline time.Time, beat func(
 		IdempotencyKey: c.key, TraceID: c.req.TraceID, TaskID: c.req.TaskID, StepID: c.req.StepID,
 		Attempt: attempt, Autonomy: c.autonomy, GrantedScopes: slices.Clone(c.granted),
 		Deadline: deadline, Arguments: slices.Clone(c.args), OnHeartbeat: beat,
+		ParentCallID: c.parentOf(),
 	}
 }
 

@@ -65,6 +65,8 @@ const (
 	ReasonInternal             = "INTERNAL"
 	ReasonConnectorUnavailable = "CONNECTOR_UNAVAILABLE"
 	ReasonNotAConnector        = "NOT_A_CONNECTOR"
+	ReasonNestingTooDeep       = "NESTING_TOO_DEEP"
+	ReasonNestedCallCycle      = "NESTED_CALL_CYCLE"
 )
 
 // Reasons of the per-principal limits (see package quota).
