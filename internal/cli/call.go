@@ -391,7 +391,7 @@ the settled outcome.`,
 	resolve.Flags().StringVar(&outcome, "outcome", "", "what really happened: succeeded or failed (required)")
 	resolve.Flags().StringVar(&comment, "comment", "", "how it was established; recorded in the audit trail (required)")
 
-	cmd.AddCommand(get, resolve)
+	cmd.AddCommand(get, resolve, newCallTreeCommand(cf, lookupEnv))
 	return cmd
 }
 
@@ -409,6 +409,13 @@ func printCall(w io.Writer, call *toolsvcv1.Call) error {
 	f.add("Task", call.GetTaskId())
 	f.add("Trace", call.GetTraceId())
 	f.add("Step", call.GetStepId())
+	f.add("Parent", call.GetParentCallId())
+	if n := len(call.GetChildCallIds()); n > 0 {
+		f.add("Steps", fmt.Sprintf("%d (toolsvc calls tree --id %s)", n, call.GetCallId()))
+	}
+	if p := call.GetProgress(); p != nil {
+		f.add("Progress", fmt.Sprintf("%s (%s)", p.GetMessage(), when(p.GetTime())))
+	}
 	f.add("Attempts", fmt.Sprint(call.GetAttemptCount()))
 	f.add("Arguments hash", call.GetArgumentsFingerprint())
 	if r := call.GetResult(); r != nil {
