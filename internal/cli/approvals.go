@@ -124,6 +124,16 @@ another principal with --principal.`,
 						return c.printJSON(resp)
 					}
 					a := resp.GetApproval()
+					if parent := a.GetParentCallId(); parent != "" {
+						// A step of another call: the caller retries that call.
+						verdict := "Approved"
+						if decision != toolsvcv1.ApprovalDecision_APPROVAL_DECISION_APPROVE {
+							verdict = "Denied"
+						}
+						fmt.Fprintln(c.stdout, strings.Join(wrap(fmt.Sprintf("%s %s: %s.%s for %s, a step of call %s. Their retry of that call goes on from here.",
+							verdict, a.GetApprovalId(), a.GetTool(), a.GetAction(), a.GetRequester(), parent), termWidth), "\n"))
+						return nil
+					}
 					if decision == toolsvcv1.ApprovalDecision_APPROVAL_DECISION_APPROVE {
 						fmt.Fprintln(c.stdout, strings.Join(wrap(fmt.Sprintf("Approved %s: %s.%s for %s. Their next call with key %s and the same arguments runs it.",
 							a.GetApprovalId(), a.GetTool(), a.GetAction(), a.GetRequester(), a.GetIdempotencyKey()), termWidth), "\n"))

@@ -118,10 +118,7 @@ func printTree(t *table, n *callNode, lead, prefix string) {
 		step = "(" + c.GetIdempotencyKey() + ")"
 	}
 	state := enumName(c.GetState())
-	if a := c.GetApprovalId(); a != "" && c.GetState() == toolsvcv1.CallState_CALL_STATE_AWAITING_APPROVAL {
-		state += " (approval " + a + ")"
-	}
-	if p := c.GetProgress(); p != nil && c.GetState() == toolsvcv1.CallState_CALL_STATE_IN_PROGRESS {
+	if p := c.GetProgress(); p != nil {
 		state += ": " + p.GetMessage()
 	}
 	t.row(lead+step, c.GetTool()+"."+c.GetAction(), state, c.GetCallId())

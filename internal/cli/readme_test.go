@@ -27,21 +27,32 @@ type readmeStep struct {
 }
 
 // readmeSteps reads the blocks between <!-- readme-test --> and
-// <!-- /readme-test --> in the README.
+// <!-- /readme-test --> in the README (every such part, in order: they run
+// as one session).
 func readmeSteps(t *testing.T) []readmeStep {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := string(b)
-	start := strings.Index(text, "<!-- readme-test -->")
-	end := strings.Index(text, "<!-- /readme-test -->")
-	if start < 0 || end < start {
+	var tested strings.Builder
+	for rest := string(b); ; {
+		start := strings.Index(rest, "<!-- readme-test -->")
+		if start < 0 {
+			break
+		}
+		end := strings.Index(rest[start:], "<!-- /readme-test -->")
+		if end < 0 {
+			t.Fatal("README.md: a <!-- readme-test --> part does not end")
+		}
+		tested.WriteString(rest[start : start+end])
+		rest = rest[start+end:]
+	}
+	if tested.Len() == 0 {
 		t.Fatal("README.md has no <!-- readme-test --> part")
 	}
 	var steps []readmeStep
-	sc := bufio.NewScanner(strings.NewReader(text[start:end]))
+	sc := bufio.NewScanner(strings.NewReader(tested.String()))
 	var block *[]string
 	for sc.Scan() {
 		line := sc.Text()

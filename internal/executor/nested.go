@@ -194,6 +194,9 @@ func stepArguments(v any) (json.RawMessage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the step's arguments do not encode as JSON: %w", err)
 	}
+	if string(b) == "null" {
+		return nil, nil // a nil map or pointer: no arguments
+	}
 	return b, nil
 }
 

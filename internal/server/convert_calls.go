@@ -155,7 +155,9 @@ func callToProto(c *store.Call) (*toolsvcv1.Call, error) {
 	if c.State == store.CallInProgress {
 		pb.LeaseExpireTime = timeToProto(c.LeaseExpiresAt)
 	}
-	if !c.ProgressAt.IsZero() {
+	// Progress is shown while the tool runs: once the call has an outcome
+	// (or waits), the last report may say less than the outcome does.
+	if c.State == store.CallInProgress && !c.ProgressAt.IsZero() {
 		pb.Progress = &toolsvcv1.CallProgress{Message: c.ProgressMessage, Time: timeToProto(c.ProgressAt)}
 	}
 	return pb, nil

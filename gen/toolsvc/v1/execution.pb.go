@@ -547,8 +547,8 @@ type Call struct {
 	// The calls this call's tool made as steps, oldest first, at most 1000.
 	// Filled by GetCall only.
 	ChildCallIds []string `protobuf:"bytes,24,rep,name=child_call_ids,json=childCallIds,proto3" json:"child_call_ids,omitempty"`
-	// What the call's tool last reported while it ran, and when; unset until
-	// it reports. It stays on the call once the call has finished.
+	// While IN_PROGRESS: what the call's tool last reported, and when; unset
+	// until it reports.
 	Progress      *CallProgress `protobuf:"bytes,25,opt,name=progress,proto3" json:"progress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
