@@ -30,7 +30,8 @@ func goCmd(t *testing.T, args ...string) string {
 	cmd.Env = append(os.Environ(), "GOWORK=off")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), exampleDir, err, out)
+		t.Fatalf("go %s in %s: %v\n%s\n(after a change of toolsvc's dependencies, update the example's: "+
+			"cd %s && GOWORK=off go mod tidy)", strings.Join(args, " "), exampleDir, err, out, exampleDir)
 	}
 	return string(out)
 }

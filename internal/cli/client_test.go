@@ -330,7 +330,7 @@ func TestToolsCommands(t *testing.T) {
 	t.Parallel()
 	addr := startServer(t)
 	out, _ := expect(t, exitOK, addr, "tools", "list")
-	for _, name := range []string{"clock", "echo", "flaky", "notes", "pipeline"} {
+	for _, name := range []string{"clock", "echo", "flaky", "notes", "pipeline", "release"} {
 		if !regexp.MustCompile(`(?m)^` + name + `\s+1\s+builtin\s`).MatchString(out) {
 			t.Errorf("tools list lacks %s:\n%s", name, out)
 		}
@@ -514,10 +514,10 @@ func TestAuditList(t *testing.T) {
 	if rows := strings.Count(strings.TrimSpace(out), "\n"); rows != 0 || !strings.HasPrefix(out, "SEQ") {
 		t.Fatalf("want only the header:\n%s", out)
 	}
-	// The whole trail: five tools registered at start, then the two calls.
+	// The whole trail: six tools registered at start, then the two calls.
 	out, _ = expect(t, exitOK, addr, "audit", "list")
-	if rows := strings.Count(strings.TrimSpace(out), "\n"); rows != 9 {
-		t.Fatalf("audit list: %d rows, want 9:\n%s", rows, out)
+	if rows := strings.Count(strings.TrimSpace(out), "\n"); rows != 10 {
+		t.Fatalf("audit list: %d rows, want 10:\n%s", rows, out)
 	}
 	out, _ = expect(t, exitOK, addr, "audit", "list", "--limit", "3")
 	if rows := strings.Count(strings.TrimSpace(out), "\n"); rows != 3 || !strings.Contains(out, "tool.registered") {
@@ -556,7 +556,7 @@ func TestJSONOutput(t *testing.T) {
 	var tools toolsvcv1.ListToolsResponse
 	out, _ = expect(t, exitOK, addr, "tools", "list", "-o", "json")
 	parse(out, &tools)
-	if len(tools.GetTools()) != 5 {
+	if len(tools.GetTools()) != 6 {
 		t.Fatalf("tools: %v", &tools)
 	}
 	var tool toolsvcv1.GetToolResponse
@@ -574,7 +574,7 @@ func TestJSONOutput(t *testing.T) {
 	var hs toolsvcv1.ListToolHealthResponse
 	out, _ = expect(t, exitOK, addr, "health", "list", "-o", "json")
 	parse(out, &hs)
-	if len(hs.GetHealth()) != 5 {
+	if len(hs.GetHealth()) != 6 {
 		t.Fatalf("health: %v", &hs)
 	}
 	var events toolsvcv1.ListAuditEventsResponse

@@ -162,11 +162,11 @@ func listTools(t *testing.T, addr string) []string {
 
 func TestServeQuickStart(t *testing.T) {
 	addr, stderr, stop := serveInBackground(t, nil)
-	if got := listTools(t, addr); len(got) != 5 {
+	if got := listTools(t, addr); len(got) != 6 {
 		t.Fatalf("demo tools: %v", got)
 	}
 	logs := stderr.String()
-	for _, want := range []string{`"store":"memory"`, `"tools":5`, `"level":"WARN","msg":"authentication is off`} {
+	for _, want := range []string{`"store":"memory"`, `"tools":6`, `"level":"WARN","msg":"authentication is off`} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("start log lacks %s:\n%s", want, logs)
 		}

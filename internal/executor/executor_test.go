@@ -780,3 +780,39 @@ func TestSettleAndRead(t *testing.T) {
 		t.Fatalf("replay %+v", replay)
 	}
 }
+
+// A tool may not go on past a step that waits for a person: whatever it
+// returns, its call is parked behind the step's approval, and answered so.
+func TestParkedStepParksItsParent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	parent := newFake("parent", toolkit.RiskLow)
+	var stepErr error
+	parent.body = func(ctx context.Context, c *toolkit.Call) (*toolkit.Result, error) {
+		_, stepErr = c.Invoke(ctx, toolkit.Step{ID: "h", Tool: "high", Action: "run"})
+		return toolkit.OK(nil, "went on regardless"), nil
+	}
+	tools := append(standardTools(), parent)
+	r := newRig(t, rigOptions{}, tools...)
+	resp := r.ok(ctx, req("parent", "p-1", `{}`), store.OutcomeApprovalRequired)
+	if !errors.Is(stepErr, toolkit.ErrParked) {
+		t.Fatalf("the step answered %v", stepErr)
+	}
+	step := r.stored("p-1/h")
+	if step == nil || step.State != store.CallAwaitingApproval || step.ParentCallID != resp.CallID {
+		t.Fatalf("step %+v", step)
+	}
+	c := r.stored("p-1")
+	if c.State != store.CallAwaitingApproval || c.ApprovalID != step.ApprovalID || resp.Approval.ID != step.ApprovalID ||
+		c.Result.Message != resp.Result.Message || c.Result.Success {
+		t.Fatalf("parent %+v %+v, response %+v", c, c.Result, resp)
+	}
+	evs := r.events(store.AuditFilter{CallID: resp.CallID})
+	if len(evs) != 2 || evs[1].Type != audit.ToolCallParked || evs[1].Outcome != store.OutcomeApprovalRequired {
+		t.Fatalf("parent's events %v", evs)
+	}
+	wantDetail(t, evs[1], "approval_id", step.ApprovalID)
+	if r.runs("high") != 0 {
+		t.Fatal("the parked step ran")
+	}
+}
