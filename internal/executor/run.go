@@ -218,7 +218,7 @@ func (e *Executor) execute(ctx context.Context, c *call, rec *store.Call, adm he
 	ss := &steps{}
 	out := e.invoke(base, c, rec, deadline, lease, ss)
 	var o finished
-	if p := ss.firstParked(); p != nil {
+	if p := ss.firstParked(); p != nil && (p.resp.Approval != nil || p.resp.Preview != nil) {
 		o = e.parkBehind(base, c, rec, adm, out, p)
 	} else {
 		o = e.decide(base, c, rec, adm, out)
