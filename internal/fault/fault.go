@@ -65,8 +65,12 @@ const (
 	ReasonInternal             = "INTERNAL"
 	ReasonConnectorUnavailable = "CONNECTOR_UNAVAILABLE"
 	ReasonNotAConnector        = "NOT_A_CONNECTOR"
-	ReasonNestingTooDeep       = "NESTING_TOO_DEEP"
-	ReasonNestedCallCycle      = "NESTED_CALL_CYCLE"
+	// Reasons of the connectors' trust rules (docs/connectors.md#threat-model).
+	ReasonCommandNotAllowed           = "COMMAND_NOT_ALLOWED"
+	ReasonSecretDestinationNotAllowed = "SECRET_DESTINATION_NOT_ALLOWED"
+	ReasonSecretNameCollision         = "SECRET_NAME_COLLISION"
+	ReasonNestingTooDeep              = "NESTING_TOO_DEEP"
+	ReasonNestedCallCycle             = "NESTED_CALL_CYCLE"
 )
 
 // Reasons of the per-principal limits (see package quota).
