@@ -225,7 +225,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 		Store: a.store, Registry: a.reg, Gate: g, Policies: policy.New(a.store), Health: a.tracker,
 		Idempotency: cfg.Idempotency, ApprovalTTL: cfg.Approvals.TTL, PreviewTTL: cfg.Previews.TTL,
 		Now: opts.Now, Logger: log, Observer: a.tel.Observer(),
-		AuditDetailMaxBytes: cfg.Audit.DetailMaxBytes,
+		AuditDetailMaxBytes: cfg.Audit.DetailMaxBytes, NestedMaxDepth: cfg.Nested.MaxDepth,
 	})
 	if err != nil {
 		return nil, err

@@ -19,7 +19,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/store/postgres/pgtest"
 )
 
-var demoTools = []string{"clock", "echo", "flaky", "notes", "pipeline"}
+var demoTools = []string{"clock", "echo", "flaky", "notes", "pipeline", "release"}
 
 func storedTools(t *testing.T, ctx context.Context, s store.Store) map[string]store.ToolSource {
 	t.Helper()

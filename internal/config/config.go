@@ -104,7 +104,24 @@ type Config struct {
 	Metrics MetricsConfig `mapstructure:"metrics"`
 	// Memory bounds the in-memory store (used without database_url).
 	Memory MemoryConfig `mapstructure:"memory"`
+	// Nested bounds the calls native tools make as steps of theirs.
+	Nested NestedConfig `mapstructure:"nested"`
 }
+
+// NestedConfig bounds nested calls: the steps a native tool's call runs
+// through the pipeline (docs/native-tools.md).
+type NestedConfig struct {
+	// MaxDepth bounds how deeply calls nest: a call's steps are at depth 1,
+	// their steps at 2. A step deeper than this is refused
+	// (NESTING_TOO_DEEP).
+	MaxDepth int `mapstructure:"max_depth"`
+}
+
+// Bounds of nested.max_depth.
+const (
+	DefaultNestedMaxDepth = 4
+	MaxNestedMaxDepth     = 16
+)
 
 // MemoryConfig bounds what the in-memory store keeps, so that a long-running
 // process stays within a fixed size whatever the retention settings.
@@ -255,6 +272,7 @@ func Default() *Config {
 		Health:          health.DefaultConfig(),
 		Idempotency:     idempotency.DefaultConfig(),
 		Memory:          MemoryConfig{MaxCalls: memory.DefaultMaxCalls, MaxAuditEvents: memory.DefaultMaxAuditEvents},
+		Nested:          NestedConfig{MaxDepth: DefaultNestedMaxDepth},
 	}
 }
 
@@ -371,6 +389,9 @@ func (c *Config) Validate() error {
 	c.validateAudit(&p)
 	c.validatePrincipals(&p)
 	c.validateAccess(&p)
+	if c.Nested.MaxDepth < 1 || c.Nested.MaxDepth > MaxNestedMaxDepth {
+		p.add("nested.max_depth", "must be between 1 and %d, not %d", MaxNestedMaxDepth, c.Nested.MaxDepth)
+	}
 	switch {
 	case c.Approvals.TTL <= 0:
 		p.add("approvals.ttl", "must be positive, not %s", c.Approvals.TTL)

@@ -421,7 +421,7 @@ func TestToolHealth(t *testing.T) {
 		_, err := e.health.GetToolHealth(ops, &toolsvcv1.GetToolHealthRequest{Tool: "no-such-tool"})
 		wantError(t, err, codes.NotFound, "TOOL_NOT_FOUND")
 		allTools := listNames(&toolsvcv1.ListToolHealthRequest{})
-		if len(allTools) != 16 || !strings.HasPrefix(strings.Join(allTools, ","), "clock,echo,flaky,notes,pipeline,risk-critical,") {
+		if len(allTools) != 17 || !strings.HasPrefix(strings.Join(allTools, ","), "clock,echo,flaky,notes,pipeline,release,risk-critical,") {
 			t.Fatalf("tools %v", allTools)
 		}
 		if paged := listNames(&toolsvcv1.ListToolHealthRequest{PageSize: 4}); !slices.Equal(paged, allTools) {

@@ -205,12 +205,16 @@ func TestGateMatrix(t *testing.T) {
 			}
 		})
 
-		t.Run("a demo tool without preview escalates PREVIEW to CONFIRM", func(t *testing.T) {
-			gateCall{
-				principal: "escalated-agent",
-				req:       at(req(t, "pipeline", "build", map[string]any{"ref": "main"}, "k-esc"), supervised),
-				risk:      toolkit.RiskMedium, decision: store.DecisionConfirm, escalated: true,
-			}.check(t, ctx, e)
+		t.Run("the demo pipeline's build and test run unattended", func(t *testing.T) {
+			// They are LOW, so that a release runs them and waits only for
+			// its deploy (docs/native-tools.md).
+			for _, action := range []string{"build", "test"} {
+				gateCall{
+					principal: "pipeline-agent",
+					req:       at(req(t, "pipeline", action, map[string]any{"ref": "main"}, "k-"+action), readOnly),
+					risk:      toolkit.RiskLow, decision: store.DecisionAllow,
+				}.check(t, ctx, e)
+			}
 		})
 	})
 }

@@ -124,6 +124,12 @@ type env struct {
 // calling again).
 func newEnv(t *testing.T, backend string, tweak func(*config.Config)) *env {
 	t.Helper()
+	return newEnvWith(t, backend, tweak)
+}
+
+// newEnvWith is newEnv also serving extra tools (connector "e2e-extra").
+func newEnvWith(t *testing.T, backend string, tweak func(*config.Config), extra ...toolkit.Tool) *env {
+	t.Helper()
 	cfg := apptest.Config(t, backend)
 	off := false
 	cfg.DemoTools = &off
@@ -146,8 +152,16 @@ func newEnv(t *testing.T, backend string, tweak func(*config.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	providers := []tools.Provider{e.demo, tp}
+	if len(extra) > 0 {
+		xp, err := native.NewProvider("e2e-extra", extra...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		providers = append(providers, xp)
+	}
 	e.conn, e.app = apptest.Start(t, cfg, app.Options{
-		ExtraProviders: []tools.Provider{e.demo, tp},
+		ExtraProviders: providers,
 		Now:            e.clock.Now,
 	})
 	e.exec = toolsvcv1.NewToolExecutionServiceClient(e.conn)

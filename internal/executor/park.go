@@ -31,7 +31,7 @@ func (e *Executor) parkForApproval(ctx context.Context, c *call, extra ...any) (
 		ToolVersion: c.tool.Version, Arguments: c.args, Fingerprint: c.fingerprint, IdempotencyKey: c.key,
 		Risk: c.risk, TraceID: c.req.TraceID, TaskID: c.req.TaskID, StepID: c.req.StepID,
 		State: store.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(ttl),
-		ToolIncarnation: c.tool.Incarnation,
+		ToolIncarnation: c.tool.Incarnation, ParentCallID: c.parentOf(),
 	}
 	rec := e.newRecord(c, store.CallAwaitingApproval, now)
 	rec.ApprovalID = ap.ID
@@ -79,7 +79,7 @@ func (e *Executor) parkForPreview(ctx context.Context, c *call) (*Response, erro
 		Fingerprint: c.fingerprint, Tool: c.tool.Name, Action: c.action.Name, ToolVersion: c.tool.Version,
 		Message: toolText(pr.Message), Value: value, State: store.PreviewPending,
 		CreatedAt: now, ExpiresAt: now.Add(e.opts.PreviewTTL),
-		ToolIncarnation: c.tool.Incarnation,
+		ToolIncarnation: c.tool.Incarnation, ParentCallID: c.parentOf(),
 	}
 	rec := e.newRecord(c, store.CallAwaitingPreview, now)
 	rec.PreviewToken = pv.Token
@@ -136,7 +136,7 @@ func (e *Executor) lostClaim(ctx context.Context, c *call, held *store.Call) (*R
 	if !goOn {
 		return resp, err
 	}
-	return e.evaluate(ctx, c)
+	return e.conclude(ctx, c, e.evaluate(ctx, c))
 }
 
 // newRecord builds the call record claimed for c.
@@ -147,6 +147,7 @@ func (e *Executor) newRecord(c *call, state store.CallState, now time.Time) *sto
 		TraceID: c.req.TraceID, TaskID: c.req.TaskID, StepID: c.req.StepID,
 		Risk: c.risk, Decision: c.decision,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(e.idem.Retention),
+		ParentCallID: c.parentOf(),
 	}
 	if state == store.CallInProgress {
 		rec.AttemptCount = 1 // the store sets the lease (ClaimCallParams.Lease)

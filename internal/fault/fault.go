@@ -69,6 +69,8 @@ const (
 	ReasonCommandNotAllowed           = "COMMAND_NOT_ALLOWED"
 	ReasonSecretDestinationNotAllowed = "SECRET_DESTINATION_NOT_ALLOWED"
 	ReasonSecretNameCollision         = "SECRET_NAME_COLLISION"
+	ReasonNestingTooDeep              = "NESTING_TOO_DEEP"
+	ReasonNestedCallCycle             = "NESTED_CALL_CYCLE"
 )
 
 // Reasons of the per-principal limits (see package quota).

@@ -346,3 +346,23 @@ func retryOr(d, def time.Duration) time.Duration {
 	}
 	return def
 }
+
+// NestingTooDeep: a tool's step would nest calls deeper than the server
+// allows (nested.max_depth). chain names the calls it is nested in,
+// outermost first ("tool.action").
+func NestingTooDeep(tool, action string, depth, limit int, chain []string) *Error {
+	return New(FailedPrecondition, ReasonNestingTooDeep,
+		"nested call %s would be at depth %d (under %s); the server allows at most %d",
+		q(tool+"."+action), depth, q(strings.Join(chain, " > ")), limit).
+		With("depth", strconv.Itoa(depth)).With("max_depth", strconv.Itoa(limit))
+}
+
+// NestedCallCycle: a tool's step would call a tool and action already
+// running above it, which could recurse without end. chain names the calls
+// it is nested in, outermost first.
+func NestedCallCycle(tool, action string, chain []string) *Error {
+	return New(FailedPrecondition, ReasonNestedCallCycle,
+		"nested call %s is a cycle: it is already running above it (%s)",
+		q(tool+"."+action), q(strings.Join(append(chain, tool+"."+action), " > "))).
+		With("call", tool+"."+action)
+}

@@ -18,6 +18,8 @@ func TestConstructors(t *testing.T) {
 		reason string
 	}{
 		{NotAuthenticated("no credentials"), Unauthenticated, ReasonUnauthenticated},
+		{NestingTooDeep(huge, huge, 5, 4, []string{huge}), FailedPrecondition, ReasonNestingTooDeep},
+		{NestedCallCycle(huge, huge, []string{huge, huge}), FailedPrecondition, ReasonNestedCallCycle},
 		{RoleRequired(huge, "ExecuteTool", []string{"agent"}), PermissionDenied, ReasonRoleRequired},
 		{PrincipalRateLimited(huge, 2.5, 5, 400*time.Millisecond), ResourceExhausted, ReasonPrincipalRateLimited},
 		{TooManyExecutions(huge, 4), ResourceExhausted, ReasonTooManyExecutions},

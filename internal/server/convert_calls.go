@@ -133,7 +133,7 @@ func approvalToProto(a *store.Approval) (*toolsvcv1.Approval, error) {
 		ArgumentsFingerprint: a.Fingerprint, IdempotencyKey: a.IdempotencyKey, Risk: riskToProto(a.Risk),
 		TraceId: a.TraceID, TaskId: a.TaskID, CreateTime: timeToProto(a.CreatedAt),
 		ExpireTime: timeToProto(a.ExpiresAt), Resolver: a.Resolver, Comment: a.Comment,
-		ResolveTime: timeToProto(a.ResolvedAt),
+		ResolveTime: timeToProto(a.ResolvedAt), ParentCallId: a.ParentCallID,
 	}, nil
 }
 
@@ -150,9 +150,15 @@ func callToProto(c *store.Call) (*toolsvcv1.Call, error) {
 		Result: res, AttemptCount: int32(c.AttemptCount), ResolvedBy: c.ResolvedBy,
 		ResolutionComment: c.ResolutionComment, CreateTime: timeToProto(c.CreatedAt),
 		UpdateTime: timeToProto(c.UpdatedAt), ExpireTime: timeToProto(c.ExpiresAt),
+		ParentCallId: c.ParentCallID,
 	}
 	if c.State == store.CallInProgress {
 		pb.LeaseExpireTime = timeToProto(c.LeaseExpiresAt)
+	}
+	// Progress is shown while the tool runs: once the call has an outcome
+	// (or waits), the last report may say less than the outcome does.
+	if c.State == store.CallInProgress && !c.ProgressAt.IsZero() {
+		pb.Progress = &toolsvcv1.CallProgress{Message: c.ProgressMessage, Time: timeToProto(c.ProgressAt)}
 	}
 	return pb, nil
 }

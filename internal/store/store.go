@@ -168,6 +168,18 @@ type ListToolHealthParams struct {
 
 // CallStore holds call records: the idempotency keys and what became of them.
 // (PrincipalID, IdempotencyKey) is unique.
+//
+// A call is parked behind an approval while its State is AWAITING_APPROVAL
+// and its ApprovalID names that approval: the approval's own call
+// (Approval.CallID), and any call parked behind it by ParkCall (the parents
+// of a nested call that waits for a person). Likewise behind a preview
+// (AWAITING_PREVIEW, PreviewToken). Parents wait for the approval to be
+// decided: whenever an approval leaves PENDING — approved, denied, consumed,
+// expired or invalidated, by whichever method — every other call parked
+// behind it becomes RELEASED in the same transaction (so that a retry runs
+// it again), with the UpdatedAt and ExpiresAt the method gives its own call
+// (its own ExpiresAt kept where the method has none). The same holds for a
+// preview leaving PENDING.
 type CallStore interface {
 	// GetCall returns a call by id, or ErrNotFound.
 	GetCall(ctx context.Context, id string) (*Call, error)
@@ -223,6 +235,28 @@ type CallStore interface {
 	// events with it, and the outcome is still recorded. ErrConflict if the
 	// call is not in such a state; ErrNotFound if it does not exist.
 	FinishCall(ctx context.Context, p FinishCallParams) (*Call, error)
+	// ParkCall parks a call whose tool ran and ended waiting for a nested
+	// call's approval (p.ApprovalID) or preview (p.PreviewToken; exactly
+	// one is set, else ErrInvalid): the call must be as FinishCall requires
+	// (IN_PROGRESS, or UNKNOWN from a reaped lease, at p.Attempt). If the
+	// approval (preview) is still PENDING — judged under a lock that orders
+	// this against the methods that decide it — the call becomes
+	// AWAITING_APPROVAL with that ApprovalID (AWAITING_PREVIEW with that
+	// PreviewToken); otherwise, and if it does not exist, it becomes
+	// RELEASED: it was decided meanwhile, and a retry runs the call again.
+	// Either way Result is p.Result, UpdatedAt p.Now, ExpiresAt p.ExpiresAt,
+	// the lease is cleared and p.Events are appended. ErrConflict if the call
+	// is not in such a state; ErrNotFound if it does not exist.
+	ParkCall(ctx context.Context, p ParkCallParams) (*Call, error)
+	// ReportCallProgress records what the tool of an IN_PROGRESS call at
+	// attempt p.Attempt reports (ProgressMessage p.Message, ProgressAt
+	// p.Now) and renews its lease as RenewCallLease does, in one step.
+	// ErrConflict if the call is no longer so; ErrNotFound if it does not
+	// exist; ErrInvalid if p.Lease is not positive.
+	ReportCallProgress(ctx context.Context, p ReportCallProgressParams) error
+	// ListChildCalls returns the ids of the calls whose ParentCallID is
+	// parentID, oldest first (by id), at most limit of them (0: all).
+	ListChildCalls(ctx context.Context, parentID string, limit int) ([]string, error)
 	// ReleaseClaim gives back a reservation whose tool never started: the
 	// call holding (p.PrincipalID, p.IdempotencyKey) with ClaimToken p.Token,
 	// if it is IN_PROGRESS (or UNKNOWN from a reaped lease, not resolved by
@@ -329,6 +363,27 @@ type FinishCallParams struct {
 	Events    []AuditEvent
 	History   *TaskHistoryEntry
 	Health    *HealthChange
+}
+
+// ParkCallParams are ParkCall's inputs.
+type ParkCallParams struct {
+	CallID       string
+	Attempt      int
+	ApprovalID   string
+	PreviewToken string
+	Result       *Result
+	Now          time.Time
+	ExpiresAt    time.Time
+	Events       []AuditEvent
+}
+
+// ReportCallProgressParams are ReportCallProgress' inputs.
+type ReportCallProgressParams struct {
+	CallID  string
+	Attempt int
+	Message string
+	Now     time.Time
+	Lease   time.Duration // from the store's clock (in memory, from Now)
 }
 
 // HealthChange is a health update applied inside another transaction.

@@ -183,7 +183,11 @@ type Approval struct {
 	// The approver's comment.
 	Comment string `protobuf:"bytes,17,opt,name=comment,proto3" json:"comment,omitempty"`
 	// When it was resolved.
-	ResolveTime   *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=resolve_time,json=resolveTime,proto3" json:"resolve_time,omitempty"`
+	ResolveTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=resolve_time,json=resolveTime,proto3" json:"resolve_time,omitempty"`
+	// Set when the parked call is a step of another call (a nested call): the
+	// call whose tool made it, which is parked behind this approval too and
+	// goes on when it is retried after the approval.
+	ParentCallId  string `protobuf:"bytes,19,opt,name=parent_call_id,json=parentCallId,proto3" json:"parent_call_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -342,6 +346,13 @@ func (x *Approval) GetResolveTime() *timestamppb.Timestamp {
 		return x.ResolveTime
 	}
 	return nil
+}
+
+func (x *Approval) GetParentCallId() string {
+	if x != nil {
+		return x.ParentCallId
+	}
+	return ""
 }
 
 // ListApprovalsRequest asks for a page of approvals.
@@ -771,7 +782,7 @@ var File_toolsvc_v1_approval_proto protoreflect.FileDescriptor
 const file_toolsvc_v1_approval_proto_rawDesc = "" +
 	"\n" +
 	"\x19toolsvc/v1/approval.proto\x12\n" +
-	"toolsvc.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17toolsvc/v1/common.proto\"\xc5\x05\n" +
+	"toolsvc.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17toolsvc/v1/common.proto\"\xeb\x05\n" +
 	"\bApproval\x12\x1f\n" +
 	"\vapproval_id\x18\x01 \x01(\tR\n" +
 	"approvalId\x12/\n" +
@@ -794,7 +805,8 @@ const file_toolsvc_v1_approval_proto_rawDesc = "" +
 	"expireTime\x12\x1a\n" +
 	"\bresolver\x18\x10 \x01(\tR\bresolver\x12\x18\n" +
 	"\acomment\x18\x11 \x01(\tR\acomment\x12=\n" +
-	"\fresolve_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\vresolveTime\"\x97\x01\n" +
+	"\fresolve_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\vresolveTime\x12$\n" +
+	"\x0eparent_call_id\x18\x13 \x01(\tR\fparentCallId\"\x97\x01\n" +
 	"\x14ListApprovalsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +

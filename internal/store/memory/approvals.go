@@ -93,6 +93,8 @@ func (s *Store) ResolveApproval(ctx context.Context, p store.ResolveApprovalPara
 				st.save(r, c)
 			}
 		}
+		retain := normTime(p.CallExpiresAt)
+		st.releaseBehindApproval(a, a.CallID, now, &retain)
 		st.appendEvents(events)
 		tx.notify(store.TopicApprovals, a.ID)
 		out = cloneApproval(a)

@@ -2,6 +2,8 @@ package memory
 
 import (
 	"cmp"
+	"slices"
+	"time"
 
 	"github.com/toolsvc/toolsvc/internal/store"
 )
@@ -60,14 +62,82 @@ func (st *state) insertCall(c *store.Call) *callRec {
 	st.calls[r.id()] = r
 	st.callKeys[callKey{r.principal(), r.key()}] = r
 	st.reindex(r, zeroMicros, zeroMicros, 0)
+	st.adopt(r.id(), "", c.ParentCallID)
 	return r
 }
 
 // save writes c (the decoded, changed r) back into r.
 func (st *state) save(r *callRec, c *store.Call) {
 	lease, expires, class := r.lease, r.expires, r.class
+	parent := r.str(cfParentCallID)
 	r.set(c)
 	st.reindex(r, lease, expires, class)
+	st.adopt(r.id(), parent, c.ParentCallID)
+}
+
+// adopt moves call id from the children of parent from to those of to.
+func (st *state) adopt(id, from, to string) {
+	if from == to {
+		return
+	}
+	if from != "" {
+		st.unlinkChild(from, id)
+	}
+	if to != "" {
+		st.children[to] = append(st.children[to], id)
+	}
+}
+
+// unlinkChild removes id from the children of parent.
+func (st *state) unlinkChild(parent, id string) {
+	kids := st.children[parent]
+	if i := slices.Index(kids, id); i >= 0 {
+		kids = slices.Delete(kids, i, i+1)
+	}
+	if len(kids) == 0 {
+		delete(st.children, parent)
+	} else {
+		st.children[parent] = kids
+	}
+}
+
+// releaseBehindApproval releases the calls parked behind approval a but
+// except: its own call and the parents ParkCall parked behind it (see
+// store.CallStore). expires nil (or zero) keeps each call's ExpiresAt.
+func (st *state) releaseBehindApproval(a *store.Approval, except string, now time.Time, expires *time.Time) {
+	ids := append([]string{a.CallID}, st.waitingApprovals[a.ID]...)
+	delete(st.waitingApprovals, a.ID)
+	for _, id := range ids {
+		if id == except {
+			continue
+		}
+		if r, c := st.call(id); r != nil && c.State == store.CallAwaitingApproval && c.ApprovalID == a.ID {
+			st.release(r, c, now, expires)
+		}
+	}
+}
+
+// releaseBehindPreview is releaseBehindApproval for preview pv.
+func (st *state) releaseBehindPreview(pv *store.Preview, except string, now time.Time, expires *time.Time) {
+	ids := append([]string{pv.CallID}, st.waitingPreviews[pv.Token]...)
+	delete(st.waitingPreviews, pv.Token)
+	for _, id := range ids {
+		if id == except {
+			continue
+		}
+		if r, c := st.call(id); r != nil && c.State == store.CallAwaitingPreview && c.PreviewToken == pv.Token {
+			st.release(r, c, now, expires)
+		}
+	}
+}
+
+func (st *state) release(r *callRec, c *store.Call, now time.Time, expires *time.Time) {
+	c.State = store.CallReleased
+	c.UpdatedAt = now
+	if expires != nil && !expires.IsZero() {
+		c.ExpiresAt = *expires
+	}
+	st.save(r, c)
 }
 
 // reindex brings the indexes up to date with r, whose lease, expiry and
@@ -139,10 +209,16 @@ func (st *state) deleteCall(tx *tx, r *callRec) {
 			delete(st.approvals, aid)
 			tx.notify(store.TopicApprovals, aid)
 		}
+		delete(st.waitingApprovals, aid)
 	}
+	if parent := r.str(cfParentCallID); parent != "" {
+		st.unlinkChild(parent, id)
+	}
+	delete(st.children, id)
 	delete(st.parkedApprovals, id)
 	for _, token := range st.parkedPreviews[id] {
 		delete(st.previews, token)
+		delete(st.waitingPreviews, token)
 	}
 	delete(st.parkedPreviews, id)
 	if r.histSeq != 0 {

@@ -190,6 +190,7 @@ func importCall(c *store.Call) (*store.Call, error) {
 	n.CreatedAt = normTime(c.CreatedAt)
 	n.UpdatedAt = normTime(c.UpdatedAt)
 	n.ExpiresAt = normTime(c.ExpiresAt)
+	n.ProgressAt = normTime(c.ProgressAt)
 	return &n, nil
 }
 

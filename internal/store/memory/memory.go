@@ -76,6 +76,15 @@ type state struct {
 	// call (they go with it).
 	parkedApprovals map[string][]string
 	parkedPreviews  map[string][]string
+	// children lists, by call id, the calls nested in it (their
+	// ParentCallID), in the order they were stored.
+	children map[string][]string
+	// waitingApprovals and waitingPreviews list, by approval id and preview
+	// token, the calls ParkCall parked behind another call's approval or
+	// preview (nested calls' parents). Entries are checked against the
+	// records when used; they go when the approval or preview is decided.
+	waitingApprovals map[string][]string
+	waitingPreviews  map[string][]string
 
 	// Call indexes: running calls by lease expiry, deletable ones by
 	// retention, forgettable ones in the order they became so; and how many
@@ -113,20 +122,23 @@ type state struct {
 func New(opts ...Option) *Store {
 	s := &Store{
 		st: state{
-			tools:           make(map[string]*store.Tool),
-			health:          make(map[string]*store.ToolHealth),
-			calls:           make(map[string]*callRec),
-			callKeys:        make(map[callKey]*callRec),
-			approvals:       make(map[string]*store.Approval),
-			previews:        make(map[string]*store.Preview),
-			parkedApprovals: make(map[string][]string),
-			parkedPreviews:  make(map[string][]string),
-			auditIDs:        make(map[string]struct{}),
-			eventTypes:      make(map[string]int),
-			history:         make(map[histKey]*histBucket),
-			extraHistory:    make(map[string][]histRef),
-			maxCalls:        DefaultMaxCalls,
-			maxAudit:        DefaultMaxAuditEvents,
+			tools:            make(map[string]*store.Tool),
+			health:           make(map[string]*store.ToolHealth),
+			calls:            make(map[string]*callRec),
+			callKeys:         make(map[callKey]*callRec),
+			approvals:        make(map[string]*store.Approval),
+			previews:         make(map[string]*store.Preview),
+			parkedApprovals:  make(map[string][]string),
+			parkedPreviews:   make(map[string][]string),
+			children:         make(map[string][]string),
+			waitingApprovals: make(map[string][]string),
+			waitingPreviews:  make(map[string][]string),
+			auditIDs:         make(map[string]struct{}),
+			eventTypes:       make(map[string]int),
+			history:          make(map[histKey]*histBucket),
+			extraHistory:     make(map[string][]histRef),
+			maxCalls:         DefaultMaxCalls,
+			maxAudit:         DefaultMaxAuditEvents,
 		},
 		subs: make(map[*subscriber]struct{}),
 	}

@@ -84,6 +84,8 @@ const (
 	cfResolutionComment
 	cfResultMessage
 	cfResultValue
+	cfParentCallID
+	cfProgressMessage
 	callFields
 )
 
@@ -105,6 +107,7 @@ type callRec struct {
 	ends    [callFields]uint32
 
 	created, updated, expires, lease int64 // Unix microseconds; 0: none
+	progressAt                       int64 // Unix microseconds
 	toolVersion                      int64
 	risk                             toolkit.RiskLevel
 	attempt                          int32
@@ -157,8 +160,9 @@ func (r *callRec) set(c *store.Call) {
 	}
 	r.text = packText(r.ends[:], c.Fingerprint, c.Tool, c.Action, string(c.State), c.TraceID, c.TaskID,
 		c.StepID, string(c.Decision), c.ApprovalID, c.PreviewToken, c.ClaimToken,
-		c.ResolvedBy, c.ResolutionComment, msg, val)
+		c.ResolvedBy, c.ResolutionComment, msg, val, c.ParentCallID, c.ProgressMessage)
 	r.created, r.updated = micros(c.CreatedAt), micros(c.UpdatedAt)
+	r.progressAt = micros(c.ProgressAt)
 	r.expires, r.lease = micros(c.ExpiresAt), micros(c.LeaseExpiresAt)
 	r.toolVersion = c.ToolVersion
 	r.risk = c.Risk
@@ -191,6 +195,9 @@ func (r *callRec) call() *store.Call {
 		CreatedAt:         fromMicros(r.created),
 		UpdatedAt:         fromMicros(r.updated),
 		ExpiresAt:         fromMicros(r.expires),
+		ParentCallID:      r.str(cfParentCallID),
+		ProgressMessage:   r.str(cfProgressMessage),
+		ProgressAt:        fromMicros(r.progressAt),
 	}
 	if r.flags&cHasResult != 0 {
 		c.Result = &store.Result{

@@ -77,6 +77,7 @@ func (s *Store) ResolveApproval(ctx context.Context, p store.ResolveApprovalPara
 				WHERE id = $1 AND state = 'AWAITING_APPROVAL' AND approval_id = $2`,
 				out.CallID, out.ID, callResult, p.Now, tsArg(p.CallExpiresAt))
 		}
+		tl.releaseBehindApprovals([]string{out.ID}, p.Now, p.CallExpiresAt, out.CallID)
 		tl.events(p.Events)
 		tl.notify(store.TopicApprovals, out.ID)
 		return tl.send(ctx, tx)

@@ -44,6 +44,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Notifications", notificationTests()},
 		{"Limits", limitTests()},
 		{"Lifecycle", lifecycleTests()},
+		{"Nested", nestedTests()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
