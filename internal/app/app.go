@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/executor"
 	"github.com/toolsvc/toolsvc/internal/gate"
@@ -264,7 +265,10 @@ func newSecretsStore(c config.SecretsConfig, env func(string) (string, bool)) (s
 // openStore opens the configured store.
 func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (store.Store, error) {
 	if cfg.DatabaseURL == "" {
-		return memory.New(memory.WithMaxCalls(cfg.Memory.MaxCalls), memory.WithMaxAuditEvents(cfg.Memory.MaxAuditEvents)), nil
+		return memory.New(memory.WithMaxCalls(cfg.Memory.MaxCalls), memory.WithMaxAuditEvents(cfg.Memory.MaxAuditEvents),
+			// Replays and refusals a caller can repeat at will may go
+			// even while their call is pending.
+			memory.WithEvictableCallEvents(audit.ToolCallDeduped, audit.ToolCallRejected)), nil
 	}
 	pg, err := postgres.Open(ctx, cfg.DatabaseURL)
 	if err != nil {

@@ -40,6 +40,9 @@ const (
 	DefaultAuditPageBytes  = server.DefaultAuditPageBytes
 	// DefaultAuditRetention keeps the trail for 90 days.
 	DefaultAuditRetention = 90 * 24 * time.Hour
+	// DefaultAutonomy is a configured principal's default_autonomy, and its
+	// max_autonomy unless it says otherwise.
+	DefaultAutonomy = toolkit.AutonomySupervised
 )
 
 // Config is the whole configuration of the server. Keys are the mapstructure
@@ -50,12 +53,17 @@ type Config struct {
 	Listen string `mapstructure:"listen"`
 	// DatabaseURL selects the Postgres store; empty means the in-memory store.
 	DatabaseURL string `mapstructure:"database_url"`
+	// Store names the store: "memory", "postgres", or empty to follow
+	// DatabaseURL. With authentication on and no DatabaseURL, "memory" must
+	// be said explicitly: a production server that lost its database URL
+	// must not come up on a store that forgets everything at restart.
+	Store string `mapstructure:"store"`
 	// Migrate applies pending migrations at start (Postgres only).
 	Migrate bool `mapstructure:"migrate"`
 	// ToolsFile is a YAML file of tool definitions synced at start.
 	ToolsFile string `mapstructure:"tools_file"`
 	// DemoTools registers the demo tools. Unset means on with the memory
-	// store and off with Postgres; see DemoToolsEnabled.
+	// store and authentication off, off otherwise; see DemoToolsEnabled.
 	DemoTools *bool `mapstructure:"demo_tools"`
 	// Log configures the server's log (on stderr).
 	Log LogConfig `mapstructure:"log"`
@@ -163,9 +171,13 @@ type PrincipalConfig struct {
 	ID     string   `mapstructure:"id"`
 	Roles  []string `mapstructure:"roles"`
 	Scopes []string `mapstructure:"scopes"`
-	// MaxAutonomy defaults to AUTONOMOUS.
+	// MaxAutonomy is the most autonomy a request may ask for; it defaults
+	// to DefaultAutonomy, so that only a principal configured for more
+	// gets more (an approver asking for AUTONOMOUS must not turn a HIGH
+	// risk call's approval into a preview it confirms itself).
 	MaxAutonomy string `mapstructure:"max_autonomy"`
-	// DefaultAutonomy defaults to SUPERVISED, capped by MaxAutonomy.
+	// DefaultAutonomy applies to requests that ask for none; it defaults
+	// to SUPERVISED, capped by MaxAutonomy.
 	DefaultAutonomy string `mapstructure:"default_autonomy"`
 	// TokenSHA256 is the SHA-256, in hex, of the bearer token that
 	// authenticates the principal (`toolsvc token new` prints both).
@@ -198,22 +210,29 @@ func Default() *Config {
 	}
 }
 
+// Store kinds (the store key).
+const (
+	StoreMemory   = "memory"
+	StorePostgres = "postgres"
+)
+
 // StoreKind names the store the configuration selects: "memory" or "postgres".
 func (c *Config) StoreKind() string {
 	if c.DatabaseURL == "" {
-		return "memory"
+		return StoreMemory
 	}
-	return "postgres"
+	return StorePostgres
 }
 
 // DemoToolsEnabled reports whether the demo tools are registered: as set, or
-// else on with the memory store and off with Postgres (a production database
-// should not fill up with demo tools by accident).
+// else on only for the development default, the memory store with
+// authentication off (a production database, or a server that callers
+// authenticate to, should not offer demo tools by accident).
 func (c *Config) DemoToolsEnabled() bool {
 	if c.DemoTools != nil {
 		return *c.DemoTools
 	}
-	return c.DatabaseURL == ""
+	return c.DatabaseURL == "" && !c.Auth.Enabled
 }
 
 // Error is an invalid configuration: every problem found, one per line, each
@@ -276,6 +295,7 @@ func (c *Config) Validate() error {
 			p.add("database_url", "not a valid Postgres connection string (want postgres://user:password@host:5432/dbname or key=value pairs)")
 		}
 	}
+	c.validateStore(&p)
 	if c.Migrate && c.DatabaseURL == "" {
 		p.add("migrate", "needs database_url: the in-memory store has no migrations")
 	}
@@ -353,6 +373,29 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// validateStore checks the store key against database_url, and refuses the
+// memory store with authentication on unless it is asked for by name.
+func (c *Config) validateStore(p *problems) {
+	switch strings.ToLower(strings.TrimSpace(c.Store)) {
+	case "":
+		if c.Auth.Enabled && c.DatabaseURL == "" {
+			p.add("database_url", "authentication is on but no database is configured: set database_url "+
+				"(TOOLSVC_DATABASE_URL), or set store: memory to run on the in-memory store on purpose "+
+				"(everything is lost at restart, and it holds at most memory.max_calls calls)")
+		}
+	case StoreMemory:
+		if c.DatabaseURL != "" {
+			p.add("store", "is memory, but database_url is set too: remove one of them")
+		}
+	case StorePostgres:
+		if c.DatabaseURL == "" {
+			p.add("store", "is postgres, but database_url is empty: set database_url (TOOLSVC_DATABASE_URL)")
+		}
+	default:
+		p.add("store", "must be memory or postgres (or empty: postgres with database_url, else memory), not %q", c.Store)
+	}
+}
+
 // auditPageReserve is what a ListAuditEvents response needs besides its
 // events (framing, the page token).
 const auditPageReserve = 64 << 10
@@ -424,16 +467,16 @@ func (c *Config) validatePrincipals(p *problems) {
 				p.add(fmt.Sprintf("%s.scopes[%d]", key, j), "must not be empty")
 			}
 		}
-		maxA, errMax := parseAutonomy(pc.MaxAutonomy, toolkit.AutonomyAutonomous)
-		if errMax != nil {
-			p.add(key+".max_autonomy", "%v", errMax)
+		def, errDef := parseAutonomy(pc.DefaultAutonomy, DefaultAutonomy)
+		if errDef != nil {
+			p.add(key+".default_autonomy", "%v", errDef)
 		}
-		if pc.DefaultAutonomy != "" {
-			def, err := parseAutonomy(pc.DefaultAutonomy, toolkit.AutonomySupervised)
+		if pc.MaxAutonomy != "" {
+			maxA, err := parseAutonomy(pc.MaxAutonomy, def)
 			switch {
 			case err != nil:
-				p.add(key+".default_autonomy", "%v", err)
-			case errMax == nil && def > maxA:
+				p.add(key+".max_autonomy", "%v", err)
+			case errDef == nil && pc.DefaultAutonomy != "" && def > maxA:
 				p.add(key+".default_autonomy", "%s is above max_autonomy %s", def, maxA)
 			}
 		}
@@ -466,11 +509,14 @@ func (c *Config) DevPrincipals() ([]*auth.Principal, error) {
 				pr.Roles = append(pr.Roles, role)
 			}
 		}
-		if pr.MaxAutonomy, err = parseAutonomy(pc.MaxAutonomy, toolkit.AutonomyAutonomous); err != nil {
-			return nil, fmt.Errorf("principals[%d].max_autonomy: %w", i, err)
-		}
-		if pr.DefaultAutonomy, err = parseAutonomy(pc.DefaultAutonomy, toolkit.AutonomySupervised); err != nil {
+		if pr.DefaultAutonomy, err = parseAutonomy(pc.DefaultAutonomy, DefaultAutonomy); err != nil {
 			return nil, fmt.Errorf("principals[%d].default_autonomy: %w", i, err)
+		}
+		// An unset maximum is the default: a principal asks for more
+		// autonomy than it gets by default only if the configuration says
+		// it may.
+		if pr.MaxAutonomy, err = parseAutonomy(pc.MaxAutonomy, pr.DefaultAutonomy); err != nil {
+			return nil, fmt.Errorf("principals[%d].max_autonomy: %w", i, err)
 		}
 		// An unset default never exceeds the maximum.
 		pr.DefaultAutonomy = min(pr.DefaultAutonomy, pr.MaxAutonomy)

@@ -66,8 +66,27 @@ func (st *state) insertCall(c *store.Call) *callRec {
 // save writes c (the decoded, changed r) back into r.
 func (st *state) save(r *callRec, c *store.Call) {
 	lease, expires, class := r.lease, r.expires, r.class
+	active := r.active()
 	r.set(c)
 	st.reindex(r, lease, expires, class)
+	if active && !r.active() {
+		st.unpin(r)
+	}
+}
+
+// active reports whether the call is parked or in progress: its audit
+// events are kept whatever the audit bound (see WithMaxAuditEvents).
+func (r *callRec) active() bool {
+	s := r.state()
+	return s == store.CallInProgress || s.Parked()
+}
+
+// unpin notes that r's events are no longer pinned: if any lies within the
+// prefix the audit bound skips, the next eviction scans from the start.
+func (st *state) unpin(r *callRec) {
+	if r.firstSeq != 0 && r.firstSeq <= st.pinSeq {
+		st.pinSeq = 0
+	}
 }
 
 // reindex brings the indexes up to date with r, whose lease, expiry and
@@ -129,6 +148,7 @@ func (st *state) deleteCall(tx *tx, r *callRec) {
 	}
 	st.count(r.class, -1)
 	r.class = 0
+	st.unpin(r)
 	// Go maps keep their size when emptied: once as many records have been
 	// deleted as remain, the maps are rebuilt at the size they need.
 	if st.callsGone++; st.callsGone > len(st.calls)+1024 {
@@ -174,12 +194,15 @@ func (st *state) enforceCallBound(tx *tx) {
 // maxTypeBits is how many event types callRec.events can tell apart.
 const maxTypeBits = 64
 
-// markEvent notes on the record of callID that an event of typ was
-// appended for it.
-func (st *state) markEvent(callID, typ string) {
+// markEvent notes on the record of callID that an event of typ, with Seq
+// seq, was appended for it.
+func (st *state) markEvent(callID, typ string, seq int64) {
 	r := st.calls[callID]
 	if r == nil {
 		return
+	}
+	if r.firstSeq == 0 {
+		r.firstSeq = seq
 	}
 	n, ok := st.eventTypes[typ]
 	if !ok {
