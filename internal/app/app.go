@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/executor"
@@ -349,7 +351,10 @@ func (a *App) Listen() (net.Listener, error) {
 			return nil, fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
 		}
 	}
-	return lis, nil
+	// A cap on open connections, so that sockets opened and never used
+	// (each held until server.handshake_timeout closes it) cannot use up
+	// the process's file descriptors and lock everyone else out.
+	return netutil.LimitListener(lis, a.cfg.Server.MaxConnections), nil
 }
 
 // CheckLoopback refuses an address that is not a loopback TCP address: while

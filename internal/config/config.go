@@ -127,7 +127,14 @@ type MetricsConfig struct {
 	// probes; empty means none. It serves no API, so it may listen beyond
 	// loopback.
 	Listen string `mapstructure:"listen"`
+	// MaxConnections bounds the connections open at once on it; past it,
+	// new ones wait until one closes. A connection that has not sent its
+	// request headers within server.handshake_timeout is closed.
+	MaxConnections int `mapstructure:"max_connections"`
 }
+
+// DefaultMetricsMaxConnections is far more than scrapers and probes need.
+const DefaultMetricsMaxConnections = 64
 
 // SecretsConfig configures the secrets store. The environment
 // (TOOLSVC_SECRET_<CONNECTOR>_<KEY>) is always looked in; a directory, if
@@ -207,6 +214,7 @@ func Default() *Config {
 		Health:          health.DefaultConfig(),
 		Idempotency:     idempotency.DefaultConfig(),
 		Memory:          MemoryConfig{MaxCalls: memory.DefaultMaxCalls, MaxAuditEvents: memory.DefaultMaxAuditEvents},
+		Metrics:         MetricsConfig{MaxConnections: DefaultMetricsMaxConnections},
 	}
 }
 
@@ -359,6 +367,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Memory.MaxAuditEvents < 0 {
 		p.add("memory.max_audit_events", "must not be negative (0: no bound), not %d", c.Memory.MaxAuditEvents)
+	}
+	if c.Metrics.MaxConnections < 1 {
+		p.add("metrics.max_connections", "must be positive, not %d", c.Metrics.MaxConnections)
 	}
 	if c.Metrics.Listen != "" {
 		if _, port, err := net.SplitHostPort(c.Metrics.Listen); err != nil {

@@ -198,6 +198,9 @@ func New(o Options) (*Server, error) {
 		grpc.MaxRecvMsgSize(HardMessageLimit(cfg.MaxRecvMessageBytes)),
 		grpc.MaxSendMsgSize(HardMessageLimit(cfg.MaxSendMessageBytes)),
 		grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
+		// A connection that has not finished its TLS handshake and HTTP/2
+		// preface by then is closed (see docs/configuration.md#limits).
+		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: k.MinTime, PermitWithoutStream: k.PermitWithoutStream}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time: k.Time, Timeout: k.Timeout, MaxConnectionIdle: k.MaxConnectionIdle,
