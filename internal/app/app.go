@@ -204,7 +204,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 		Store: a.store, Registry: a.reg, Gate: g, Policies: policy.New(a.store), Health: a.tracker,
 		Idempotency: cfg.Idempotency, ApprovalTTL: cfg.Approvals.TTL, PreviewTTL: cfg.Previews.TTL,
 		Now: opts.Now, Logger: log, Observer: a.tel.Observer(),
-		AuditDetailMaxBytes: cfg.Audit.DetailMaxBytes,
+		AuditDetailMaxBytes:    cfg.Audit.DetailMaxBytes,
+		MaxParkedArgumentBytes: cfg.Parked.MaxArgumentBytes,
+		ParkLimits:             store.ParkLimits{MaxCalls: cfg.Parked.MaxCallsPerPrincipal, MaxBytes: cfg.Parked.MaxBytesPerPrincipal},
 	})
 	if err != nil {
 		return nil, err
@@ -242,6 +244,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 		ShutdownTimeout:        cfg.ShutdownTimeout,
 		ShutdownGrace:          cfg.ShutdownGrace,
 		AuditPageBytes:         cfg.Audit.PageBytes,
+		ApprovalPageBytes:      cfg.Approvals.PageBytes,
 		StatsHandler:           a.tel.StatsHandler(),
 	})
 	if err != nil {

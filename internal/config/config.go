@@ -92,7 +92,9 @@ type Config struct {
 	// id gets every role and scope.
 	Principals []PrincipalConfig `mapstructure:"principals"`
 	// Approvals configures approvals.
-	Approvals TTLConfig `mapstructure:"approvals"`
+	Approvals ApprovalsConfig `mapstructure:"approvals"`
+	// Parked bounds what callers may park behind approvals and previews.
+	Parked ParkedConfig `mapstructure:"parked"`
 	// Previews configures preview tokens.
 	Previews TTLConfig `mapstructure:"previews"`
 	// Gate configures risk adjusters and the autonomy x risk matrix.
@@ -172,6 +174,46 @@ type TTLConfig struct {
 	TTL time.Duration `mapstructure:"ttl"`
 }
 
+// ApprovalsConfig configures approvals.
+type ApprovalsConfig struct {
+	// TTL is how long an approval stays valid unless its tool says
+	// otherwise.
+	TTL time.Duration `mapstructure:"ttl"`
+	// PageBytes bounds the encoded approvals of one ListApprovals page (a
+	// page holds at least one), as audit.page_bytes does audit pages.
+	PageBytes int `mapstructure:"page_bytes"`
+}
+
+// ParkedConfig bounds the calls parked behind approvals and previews: each
+// call's arguments, and per principal how many calls and how many bytes.
+// Parked calls are held until resolved or expired, whatever bounds the
+// stores keep otherwise, so these are what keep them bounded.
+type ParkedConfig struct {
+	// MaxArgumentBytes bounds the arguments (canonical JSON) of a call that
+	// would wait for an approval or a preview; a larger one is refused
+	// RESOURCE_EXHAUSTED ARGUMENTS_TOO_LARGE.
+	MaxArgumentBytes int `mapstructure:"max_argument_bytes"`
+	// MaxCallsPerPrincipal bounds the calls one principal has parked at
+	// once; 0: no bound.
+	MaxCallsPerPrincipal int `mapstructure:"max_calls_per_principal"`
+	// MaxBytesPerPrincipal bounds the bytes they hold (approval arguments,
+	// preview messages and values); 0: no bound.
+	MaxBytesPerPrincipal int64 `mapstructure:"max_bytes_per_principal"`
+}
+
+func defaultParked() ParkedConfig {
+	return ParkedConfig{MaxArgumentBytes: DefaultParkedArgumentBytes, MaxCallsPerPrincipal: DefaultParkedCallsPerPrincipal,
+		MaxBytesPerPrincipal: DefaultParkedBytesPerPrincipal}
+}
+
+// Defaults of the parked bounds: arguments a person can still read, and per
+// principal enough pending work for any agent, at most a few MiB of it.
+const (
+	DefaultParkedArgumentBytes     = 256 << 10
+	DefaultParkedCallsPerPrincipal = 100
+	DefaultParkedBytesPerPrincipal = 8 << 20
+)
+
 // PrincipalConfig declares an identity.
 type PrincipalConfig struct {
 	// ID is the principal's id; it is canonicalised (auth.CanonicalPrincipalID).
@@ -208,7 +250,8 @@ func Default() *Config {
 			DetailMaxBytes: audit.DefaultDetailMaxBytes},
 		Auth:            defaultAuth(),
 		PrincipalLimits: defaultLimits(),
-		Approvals:       TTLConfig{TTL: DefaultApprovalTTL},
+		Approvals:       ApprovalsConfig{TTL: DefaultApprovalTTL, PageBytes: DefaultAuditPageBytes},
+		Parked:          defaultParked(),
 		Previews:        TTLConfig{TTL: DefaultPreviewTTL},
 		Gate:            gate.DefaultConfig(),
 		Health:          health.DefaultConfig(),
@@ -412,11 +455,30 @@ func (c *Config) validateStore(p *problems) {
 const auditPageReserve = 64 << 10
 
 func (c *Config) validateAudit(p *problems) {
-	switch maxPage := c.Server.MaxSendMessageBytes - auditPageReserve; {
-	case c.Audit.PageBytes < 16<<10:
-		p.add("audit.page_bytes", "must be at least 16384 (16 KiB), not %d", c.Audit.PageBytes)
-	case c.Audit.PageBytes > maxPage:
-		p.add("audit.page_bytes", "must be at most server.max_send_message_bytes less 64 KiB (%d), not %d", maxPage, c.Audit.PageBytes)
+	maxPage := c.Server.MaxSendMessageBytes - auditPageReserve
+	for key, v := range map[string]int{"audit.page_bytes": c.Audit.PageBytes, "approvals.page_bytes": c.Approvals.PageBytes} {
+		switch {
+		case v < 16<<10:
+			p.add(key, "must be at least 16384 (16 KiB), not %d", v)
+		case v > maxPage:
+			p.add(key, "must be at most server.max_send_message_bytes less 64 KiB (%d), not %d", maxPage, v)
+		}
+	}
+	// A parked call's arguments must fit whole in one GetApproval answer.
+	switch a := c.Parked.MaxArgumentBytes; {
+	case a < 1<<10:
+		p.add("parked.max_argument_bytes", "must be at least 1024 (1 KiB), not %d", a)
+	case a > maxPage:
+		p.add("parked.max_argument_bytes", "must be at most server.max_send_message_bytes less 64 KiB (%d), so that an approval's arguments can be read whole, not %d", maxPage, a)
+	}
+	if c.Parked.MaxCallsPerPrincipal < 0 {
+		p.add("parked.max_calls_per_principal", "must not be negative (0: no bound), not %d", c.Parked.MaxCallsPerPrincipal)
+	}
+	switch b := c.Parked.MaxBytesPerPrincipal; {
+	case b < 0:
+		p.add("parked.max_bytes_per_principal", "must not be negative (0: no bound), not %d", b)
+	case b > 0 && b < int64(c.Parked.MaxArgumentBytes):
+		p.add("parked.max_bytes_per_principal", "must be at least parked.max_argument_bytes (%d), or 0 for no bound, not %d", c.Parked.MaxArgumentBytes, b)
 	}
 	if c.Audit.Retention < 0 {
 		p.add("audit.retention", "must not be negative (0 keeps events forever), not %s", c.Audit.Retention)

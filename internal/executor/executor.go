@@ -66,6 +66,14 @@ type Options struct {
 	// AuditDetailMaxBytes bounds the detail of each event of a call.
 	// Default audit.DefaultDetailMaxBytes.
 	AuditDetailMaxBytes int
+
+	// MaxParkedArgumentBytes bounds the arguments of a call that waits for
+	// an approval or a preview (a larger one is refused
+	// ARGUMENTS_TOO_LARGE); 0: no bound.
+	MaxParkedArgumentBytes int
+	// ParkLimits bound what each principal may have parked at once
+	// (TOO_MANY_PARKED_CALLS past them); zero fields: no bound.
+	ParkLimits store.ParkLimits
 }
 
 // Executor runs tool calls.

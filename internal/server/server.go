@@ -88,6 +88,9 @@ type Options struct {
 	// AuditPageBytes bounds the encoded events of one ListAuditEvents page;
 	// 0 means DefaultAuditPageBytes.
 	AuditPageBytes int
+	// ApprovalPageBytes bounds the encoded approvals of one ListApprovals
+	// page; 0 means DefaultAuditPageBytes.
+	ApprovalPageBytes int
 	// StatsHandler, if set, sees every RPC (telemetry: the server span that
 	// continues the caller's trace, and the RPC metrics).
 	StatsHandler stats.Handler
@@ -215,7 +218,11 @@ func New(o Options) (*Server, error) {
 	s.grpc = grpc.NewServer(opts...)
 	toolsvcv1.RegisterRegistryServiceServer(s.grpc, &registryServer{reg: o.Registry})
 	toolsvcv1.RegisterToolExecutionServiceServer(s.grpc, &executionServer{ex: o.Executor})
-	toolsvcv1.RegisterApprovalServiceServer(s.grpc, &approvalServer{ex: o.Executor, st: o.Store, streams: s.streams})
+	approvalPage := o.ApprovalPageBytes
+	if approvalPage <= 0 {
+		approvalPage = DefaultAuditPageBytes
+	}
+	toolsvcv1.RegisterApprovalServiceServer(s.grpc, &approvalServer{ex: o.Executor, st: o.Store, streams: s.streams, pageBytes: approvalPage})
 	toolsvcv1.RegisterToolHealthServiceServer(s.grpc, &healthServer{tracker: o.Health, streams: s.streams})
 	toolsvcv1.RegisterAuditServiceServer(s.grpc, &auditServer{st: o.Store, pageBytes: pageBytes})
 	healthpb.RegisterHealthServer(s.grpc, s.health)

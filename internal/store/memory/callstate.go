@@ -72,6 +72,38 @@ func (st *state) save(r *callRec, c *store.Call) {
 	if active && !r.active() {
 		st.unpin(r)
 	}
+	if r.parkCounted && !r.state().Parked() {
+		st.unpark(r)
+	}
+}
+
+// parkUsage is what one principal has parked.
+type parkUsage struct {
+	calls int
+	bytes int64
+}
+
+// park counts r, just parked holding bytes, in its principal's usage.
+func (st *state) park(r *callRec, bytes int64) {
+	u := st.parked[r.principal()]
+	u.calls++
+	u.bytes += bytes
+	st.parked[r.principal()] = u
+	r.parkBytes, r.parkCounted = bytes, true
+}
+
+// unpark takes r, no longer parked (or deleted), out of its principal's
+// usage.
+func (st *state) unpark(r *callRec) {
+	u := st.parked[r.principal()]
+	u.calls--
+	u.bytes -= r.parkBytes
+	if u.calls <= 0 {
+		delete(st.parked, r.principal())
+	} else {
+		st.parked[r.principal()] = u
+	}
+	r.parkBytes, r.parkCounted = 0, false
 }
 
 // active reports whether the call is parked or in progress: its audit
@@ -149,6 +181,9 @@ func (st *state) deleteCall(tx *tx, r *callRec) {
 	st.count(r.class, -1)
 	r.class = 0
 	st.unpin(r)
+	if r.parkCounted {
+		st.unpark(r)
+	}
 	// Go maps keep their size when emptied: once as many records have been
 	// deleted as remain, the maps are rebuilt at the size they need.
 	if st.callsGone++; st.callsGone > len(st.calls)+1024 {

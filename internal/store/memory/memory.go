@@ -124,6 +124,9 @@ type state struct {
 	// evictable are the event types the audit bound deletes even for
 	// active calls (WithEvictableCallEvents).
 	evictable map[string]bool
+	// parked is, by principal, the calls it has parked and the bytes they
+	// hold (store.ParkedBytes), for store.ParkLimits.
+	parked map[string]parkUsage
 	// pinSeq: every event kept with a Seq up to it belongs to a call that
 	// is parked or in progress (as of the last eviction), so the next
 	// eviction starts after it. A call that leaves those states with an
@@ -149,6 +152,7 @@ func New(opts ...Option) *Store {
 			history:         make(map[histKey]*histBucket),
 			extraHistory:    make(map[string][]histRef),
 			evictable:       make(map[string]bool),
+			parked:          make(map[string]parkUsage),
 			maxCalls:        DefaultMaxCalls,
 			maxAudit:        DefaultMaxAuditEvents,
 		},
