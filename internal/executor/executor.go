@@ -341,7 +341,13 @@ func (e *Executor) proceed(ctx context.Context, c *call, fresh bool) (*Response,
 	// tool. They are checked after the idempotency lookup, not before: a
 	// replay or a parked call's answer never touches the tool, so an
 	// unavailable or rate-limited tool is no reason to withhold it.
-	if err := e.health.Check(c.req.Tool); err != nil {
+	err := e.health.Check(c.req.Tool)
+	if err == nil {
+		// The caller's own calls of the tool may be failing while it
+		// serves others (docs/pipeline.md#tool-health).
+		err = e.health.CheckCaller(c.req.Tool, c.principal.ID)
+	}
+	if err != nil {
 		if resp, found, rerr := e.readDeferred(ctx, c); found {
 			return resp, rerr
 		}
