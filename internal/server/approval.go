@@ -22,6 +22,10 @@ type approvalListFilters struct {
 	Requester string `json:"requester,omitempty"`
 }
 
+// approvalReadFactor is how many pages' worth of approvals, measured with
+// their whole arguments, ListApprovals reads from the store for one page.
+const approvalReadFactor = 8
+
 // approvalServer serves ApprovalService.
 type approvalServer struct {
 	toolsvcv1.UnimplementedApprovalServiceServer
@@ -66,10 +70,13 @@ func (s *approvalServer) ListApprovals(ctx context.Context, req *toolsvcv1.ListA
 		return nil, err
 	}
 	// One more approval than fits, by count or by the store's measure of
-	// bytes, tells whether there is a next page.
+	// bytes, tells whether there is a next page. The store measures whole
+	// arguments, which the page shows cut: it may read several pages'
+	// worth (bounded, whatever the arguments) for one page.
+	readBytes := s.pageBytes * approvalReadFactor
 	aps, err := s.st.ListApprovals(ctx, store.ListApprovalsParams{
 		Before: before, Limit: size + 1, State: state, Tool: req.GetTool(), Requester: filters.Requester,
-		MaxBytes: s.pageBytes,
+		MaxBytes: readBytes,
 	})
 	if err != nil {
 		return nil, err
@@ -98,7 +105,7 @@ func (s *approvalServer) ListApprovals(ctx context.Context, req *toolsvcv1.ListA
 	}
 	// The store stops after the approval that passes the budget by its
 	// own measure: there may be more even if all it returned fit.
-	if more || storeBytes > s.pageBytes {
+	if more || storeBytes > readBytes {
 		resp.NextPageToken = encodePageToken(last, filters)
 	}
 	return resp, nil
