@@ -55,7 +55,10 @@ func (st *state) appendEvents(events []*store.AuditEvent) {
 // (pinned). If only pinned events are left, the trail stays over the bound.
 func (st *state) evictAudit() {
 	for st.auditLen() > st.maxAudit {
-		i := st.eventIndex(st.pinSeq)
+		i := st.auditHead
+		if st.pinSeq >= st.audit[i].seq {
+			i = st.eventIndex(st.pinSeq)
+		}
 		for i < len(st.audit) && (st.audit[i].deleted() || st.pinned(&st.audit[i])) {
 			i++
 		}
