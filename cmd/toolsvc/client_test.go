@@ -22,13 +22,24 @@ import (
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/app"
 	"github.com/toolsvc/toolsvc/internal/app/apptest"
+	"github.com/toolsvc/toolsvc/internal/config"
 )
 
 // startServer runs a toolsvc with the memory store and the demo tools for
 // the test and returns its address.
 func startServer(t *testing.T) string {
 	t.Helper()
-	conn, _ := apptest.Start(t, apptest.Config(t, apptest.Memory), app.Options{})
+	return startServerWith(t, nil)
+}
+
+// startServerWith is startServer with the configuration changed by tweak.
+func startServerWith(t *testing.T, tweak func(*config.Config)) string {
+	t.Helper()
+	cfg := apptest.Config(t, apptest.Memory)
+	if tweak != nil {
+		tweak(cfg)
+	}
+	conn, _ := apptest.Start(t, cfg, app.Options{})
 	// The connection's target is the listener's address; App.Addr is only
 	// set once Serve (started in a goroutine) has run.
 	return conn.Target()
@@ -834,7 +845,9 @@ func TestShellQuote(t *testing.T) {
 
 func TestToolsConnectorCommands(t *testing.T) {
 	t.Parallel()
-	addr := startServer(t)
+	addr := startServerWith(t, func(c *config.Config) {
+		c.Secrets.Destinations = []config.SecretDestinationConfig{{Connector: "billing", Hosts: []string{"api.example.com"}}}
+	})
 	dir := t.TempDir()
 	file := filepath.Join(dir, "billing.yaml")
 	if err := os.WriteFile(file, []byte(`connectors:

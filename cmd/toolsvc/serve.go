@@ -36,6 +36,12 @@ must be up to date (toolsvc migrate up, or --migrate).`,
 			if err != nil {
 				return usage(err)
 			}
+			// Before anything reads a secret or starts a stdio server:
+			// children of the same user may not read this process's
+			// environment or memory.
+			if err := app.NotDumpable(); err != nil {
+				log.Warn("could not make the process non-dumpable; stdio MCP servers running as this user can read its environment", "error", err.Error())
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 

@@ -270,6 +270,15 @@ func printTool(w io.Writer, t *toolsvcv1.Tool) error {
 // and which secrets it uses (by key; toolsvc never holds their values).
 func connectorText(c *toolsvcv1.Connector) string {
 	var parts []string
+	if len(c.GetCommand()) == 0 && c.GetUrl() == "" && c.GetBaseUrl() == "" {
+		// Not an operator: how the connector is reached is not shown.
+		switch c.GetType() {
+		case toolsvcv1.ConnectorType_CONNECTOR_TYPE_MCP:
+			return "mcp (how it is reached is shown to operators)"
+		case toolsvcv1.ConnectorType_CONNECTOR_TYPE_HTTP:
+			return "http (how it is reached is shown to operators)"
+		}
+	}
 	switch c.GetType() {
 	case toolsvcv1.ConnectorType_CONNECTOR_TYPE_MCP:
 		switch {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/config"
+	"github.com/toolsvc/toolsvc/internal/connector"
 	"github.com/toolsvc/toolsvc/internal/executor"
 	"github.com/toolsvc/toolsvc/internal/gate"
 	"github.com/toolsvc/toolsvc/internal/health"
@@ -92,6 +93,13 @@ type App struct {
 	metricsLis net.Listener
 	// reaped is closed when the reaper has stopped.
 	reaped chan struct{}
+	// fileTools are the tools file's definitions, as read at start.
+	fileTools []*store.Tool
+	// problems carries connectors' problems (and their end) to the health
+	// tracker; see connectorProblem.
+	problems chan connectorProblem
+	// problemsDone is closed when the goroutine recording them has ended.
+	problemsDone chan struct{}
 
 	// stop ends the background work started by New (the registry's cache
 	// refresh); it outlives New's context on purpose.
@@ -155,13 +163,28 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 	if dial == nil {
 		dial = mcpDialer
 	}
+	// The tools file is read once: its connectors anchor the trust rules
+	// (an API definition that keeps a file connector's destination may use
+	// its secrets) and are synced below.
+	if cfg.ToolsFile != "" {
+		if a.fileTools, err = registry.LoadFile(cfg.ToolsFile); err != nil {
+			return nil, fmt.Errorf("tools file: %w", err)
+		}
+	}
+	trust, err := connector.NewTrust(cfg.TrustConfig(fileConnectors(a.fileTools)))
+	if err != nil {
+		return nil, err
+	}
+	a.problems = make(chan connectorProblem, maxPendingProblems)
 	a.conns = connectors.New(connectors.Options{
 		Secrets: secretStore, HTTPTransport: opts.ConnectorTransport, MCP: dial, Now: opts.Now, Logger: log,
+		Trust: trust, OnProblem: a.connectorProblem,
 	})
 	a.reg, err = registry.New(registry.Options{
 		Store:      a.store,
 		Providers:  providers,
 		Connectors: a.conns,
+		Trust:      trust,
 		Now:        opts.Now,
 		Logger:     log,
 	})
@@ -193,6 +216,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 	if err := a.tracker.Start(runCtx); err != nil {
 		return nil, fmt.Errorf("health: %w", err)
 	}
+	a.startConnectorHealth(runCtx)
 	if err := a.observe(); err != nil {
 		return nil, err
 	}
@@ -314,11 +338,7 @@ func (a *App) syncTools(ctx context.Context) error {
 	if a.cfg.ToolsFile == "" {
 		return nil
 	}
-	defs, err := registry.LoadFile(a.cfg.ToolsFile)
-	if err != nil {
-		return fmt.Errorf("tools file: %w", err)
-	}
-	rep, err = a.reg.Sync(ctx, store.SourceFile, defs, SystemActor)
+	rep, err = a.reg.Sync(ctx, store.SourceFile, a.fileTools, SystemActor)
 	if err != nil {
 		return fmt.Errorf("tools file %s: %w", a.cfg.ToolsFile, err)
 	}
@@ -442,6 +462,9 @@ func (a *App) Close() {
 		a.stop()
 		if a.reaped != nil {
 			<-a.reaped
+		}
+		if a.problemsDone != nil {
+			<-a.problemsDone
 		}
 		if a.conns != nil {
 			a.conns.Close()

@@ -14,7 +14,7 @@ import (
 // Options.MCP.
 func mcpDialer(cfg connectors.MCPConfig, st secrets.Store, log *slog.Logger) (connectors.MCPClient, error) {
 	c, err := mcp.New(mcp.Config{
-		ID: cfg.ID, Transport: cfg.Transport, Command: cfg.Command, Env: cfg.Env,
+		ID: cfg.ID, Transport: cfg.Transport, Command: cfg.Command, Path: cfg.Path, Env: cfg.Env,
 		URL: cfg.URL, Headers: cfg.Headers, CallTimeout: cfg.CallTimeout,
 		ConnectTimeout: cfg.ConnectTimeout, Scrub: cfg.Scrub,
 	}, st, log)

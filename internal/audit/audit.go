@@ -34,6 +34,10 @@ const (
 	ToolRegistered      = "tool.registered"
 	ToolUpdated         = "tool.updated"
 	ToolDeregistered    = "tool.deregistered"
+	// ToolRefused: a registration (or discovery) refused by the trust rules
+	// or because its connector could not be reached; nothing was stored or
+	// left running.
+	ToolRefused = "tool.refused"
 )
 
 // MaxField bounds each text field of an event (ids, principal, tool,

@@ -17,3 +17,10 @@ func ReadsAllApprovals(p *Principal) bool { return p.HasRole(RoleApprover) || p.
 // events: operators do. Everybody else reads the events recorded under its
 // own id.
 func ReadsAllAuditEvents(p *Principal) bool { return p.HasRole(RoleOperator) }
+
+// ReadsConnectorInternals reports whether p reads how connectors are
+// reached: a stdio server's command and environment, URLs and headers, the
+// keys of the secrets they use, configuration references. Operators (who
+// register them) do; an agent sees a connector's type and the actions it
+// offers (docs/connectors.md#threat-model).
+func ReadsConnectorInternals(p *Principal) bool { return p.HasRole(RoleOperator) }

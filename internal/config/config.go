@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/auth"
+	"github.com/toolsvc/toolsvc/internal/connector"
 	"github.com/toolsvc/toolsvc/internal/gate"
 	"github.com/toolsvc/toolsvc/internal/health"
 	"github.com/toolsvc/toolsvc/internal/idempotency"
@@ -103,8 +104,12 @@ type Config struct {
 	Health health.Config `mapstructure:"health"`
 	// Idempotency configures call leases, retention and the reaper.
 	Idempotency idempotency.Config `mapstructure:"idempotency"`
-	// Secrets configures where connectors' credentials come from.
+	// Secrets configures where connectors' credentials come from, and where
+	// they may go.
 	Secrets SecretsConfig `mapstructure:"secrets"`
+	// Connectors configures what connectors registered through the API may
+	// do.
+	Connectors ConnectorsConfig `mapstructure:"connectors"`
 	// Metrics configures the operations port (Prometheus metrics, probes).
 	Metrics MetricsConfig `mapstructure:"metrics"`
 	// Memory bounds the in-memory store (used without database_url).
@@ -145,7 +150,62 @@ type SecretsConfig struct {
 	// Dir is a directory of secret files, DIR/<connector>/<key>, as
 	// Kubernetes mounts a Secret (mount each connector's at DIR/<id>).
 	Dir string `mapstructure:"dir"`
+	// Destinations list where connectors' secrets may be sent besides where
+	// the tools file declares them: a connector registered or changed
+	// through the API that references secrets must send them to one of
+	// these (docs/connectors.md#threat-model).
+	Destinations []SecretDestinationConfig `mapstructure:"destinations"`
 }
+
+// SecretDestinationConfig lists where one connector's secrets (every key,
+// or one) may be sent.
+type SecretDestinationConfig struct {
+	// Connector is the connector id.
+	Connector string `mapstructure:"connector"`
+	// Key, if set, limits the entry to that secret of the connector.
+	Key string `mapstructure:"key"`
+	// Hosts are "host" (any port, either scheme), "host:port" or
+	// "https://host[:port]": where an HTTP connector's base_url or an MCP
+	// connector's url may point.
+	Hosts []string `mapstructure:"hosts"`
+	// Commands are programs (absolute paths, or names resolved in PATH at
+	// start) of stdio MCP connectors that may be given the secrets.
+	Commands []string `mapstructure:"commands"`
+}
+
+// ConnectorsConfig configures what connectors registered through the API
+// may do. Connectors declared in the tools file are the server's own
+// configuration and are not limited by it.
+type ConnectorsConfig struct {
+	// Stdio configures MCP connectors over stdio.
+	Stdio StdioConfig `mapstructure:"stdio"`
+}
+
+// StdioConfig configures MCP connectors over stdio.
+type StdioConfig struct {
+	// AllowedCommands are the programs a stdio connector registered
+	// through the API may run: absolute paths, or names resolved in PATH
+	// at start (a name that is not found is a configuration error). Empty
+	// (the default): commands come from the tools file only.
+	AllowedCommands []string `mapstructure:"allowed_commands"`
+}
+
+// TrustConfig is the connector trust rules of c, anchored on the tools
+// file's connectors (anchors, by id).
+func (c *Config) TrustConfig(anchors map[string]*connector.Spec) connector.TrustConfig {
+	tc := connector.TrustConfig{AllowedCommands: c.Connectors.Stdio.AllowedCommands, Anchors: anchors, Reserved: ReservedSecretIDs()}
+	for _, d := range c.Secrets.Destinations {
+		tc.Destinations = append(tc.Destinations, connector.Destination{
+			Connector: d.Connector, Key: d.Key, Hosts: d.Hosts, Commands: d.Commands,
+		})
+	}
+	return tc
+}
+
+// ReservedSecretIDs are the secrets ids toolsvc reads for itself: the
+// approvers' notifications read theirs under "notifications". No
+// connector's secret may be read from their namespace.
+func ReservedSecretIDs() []string { return []string{"notifications"} }
 
 // LogConfig configures logging.
 type LogConfig struct {
@@ -401,6 +461,11 @@ func (c *Config) Validate() error {
 			p.add("secrets.dir", "%v", err)
 		} else if !st.IsDir() {
 			p.add("secrets.dir", "%s is not a directory", c.Secrets.Dir)
+		}
+	}
+	if _, err := connector.NewTrust(c.TrustConfig(nil)); err != nil {
+		for _, line := range errorLines(err) {
+			p = append(p, line)
 		}
 	}
 	p.addErr("health", c.Health.Validate())

@@ -515,3 +515,53 @@ func TestPathsRelativeToTheFile(t *testing.T) {
 	_, err = config.Load(config.Sources{File: file, Env: envOf(map[string]string{"TOOLSVC_SECRETS_DIR": "secrets"})})
 	requireProblem(t, problemsOf(t, err), "secrets.dir", "from TOOLSVC_SECRETS_DIR")
 }
+
+// The connectors' trust rules: the allowed stdio programs (from the file or
+// the environment, names resolved at start) and where each connector's
+// secrets may go; every bad entry is a problem naming its key.
+func TestConnectorTrustKeys(t *testing.T) {
+	file := writeFile(t, "c.yaml", `connectors:
+  stdio:
+    allowed_commands: [/usr/local/bin/github-mcp-server, sh]
+secrets:
+  destinations:
+    - {connector: billing, hosts: [api.billing.example.com, "https://billing.internal:8443"]}
+    - {connector: github, key: token, commands: [/usr/local/bin/github-mcp-server]}
+`)
+	cfg, err := config.Load(config.Sources{File: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Connectors.Stdio.AllowedCommands; len(got) != 2 || got[1] != "sh" {
+		t.Fatalf("allowed_commands %v", got)
+	}
+	d := cfg.Secrets.Destinations
+	if len(d) != 2 || d[0].Connector != "billing" || d[0].Hosts[1] != "https://billing.internal:8443" || d[1].Key != "token" || d[1].Commands[0] != "/usr/local/bin/github-mcp-server" {
+		t.Fatalf("destinations %+v", d)
+	}
+	cfg, err = config.Load(config.Sources{Env: envOf(map[string]string{
+		"TOOLSVC_CONNECTORS_STDIO_ALLOWED_COMMANDS": "/opt/a,/opt/b",
+	})})
+	if err != nil || len(cfg.Connectors.Stdio.AllowedCommands) != 2 || cfg.Connectors.Stdio.AllowedCommands[1] != "/opt/b" {
+		t.Fatalf("from the environment: %v %v", cfg, err)
+	}
+	if d := config.Default(); len(d.Connectors.Stdio.AllowedCommands) != 0 || len(d.Secrets.Destinations) != 0 {
+		t.Fatal("the defaults trust the API with something")
+	}
+
+	bad := writeFile(t, "bad.yaml", `connectors:
+  stdio:
+    allowed_commands: [no-such-program-anywhere, bin/relative]
+secrets:
+  destinations:
+    - {connector: Billing!, hosts: ["https://h/with/path"]}
+    - {connector: github}
+`)
+	_, err = config.Load(config.Sources{File: bad})
+	ps := problemsOf(t, err)
+	requireProblem(t, ps, "connectors.stdio.allowed_commands[0]", "not found in PATH")
+	requireProblem(t, ps, "connectors.stdio.allowed_commands[1]", "absolute path")
+	requireProblem(t, ps, "secrets.destinations[0].connector")
+	requireProblem(t, ps, "secrets.destinations[0].hosts[0]")
+	requireProblem(t, ps, "secrets.destinations[1]", "list hosts or commands")
+}

@@ -29,6 +29,7 @@ import (
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/app"
 	"github.com/toolsvc/toolsvc/internal/app/apptest"
+	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/connector"
 	"github.com/toolsvc/toolsvc/internal/secrets"
 	"github.com/toolsvc/toolsvc/internal/store"
@@ -262,6 +263,8 @@ func TestConnectorSecretsNeverLeak(t *testing.T) {
 		cfg.DemoTools = &off
 		cfg.Secrets.Dir = dir
 		cfg.ToolsFile = toolsFile
+		// The operator's billing connector may be sent its token.
+		cfg.Secrets.Destinations = []config.SecretDestinationConfig{{Connector: "billing", Hosts: []string{up.URL}}}
 		logs := &lockedBuffer{}
 		log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		conn, a := apptest.Start(t, cfg, app.Options{
@@ -285,7 +288,7 @@ func TestConnectorSecretsNeverLeak(t *testing.T) {
 		if err != nil {
 			t.Fatalf("RegisterTool: %v", err)
 		}
-		got, err := reg.GetTool(agent, &toolsvcv1.GetToolRequest{Name: "billing"})
+		got, err := reg.GetTool(ops, &toolsvcv1.GetToolRequest{Name: "billing"})
 		scan.addRPC("GetTool", got, err)
 		if err != nil || got.GetTool().GetConnector().GetHeaders()["Authorization"].GetSecret() != "token" ||
 			len(got.GetTool().GetActions()) != 8 || !got.GetTool().GetSupportsPreview() {
@@ -467,7 +470,9 @@ func dumpDatabase(t *testing.T, ctx context.Context, dbURL string, scan *leakSca
 func TestConnectorDefinitionRoundTrip(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
 		ctx := testCtx(t)
-		e := newEnv(t, backend, nil)
+		e := newEnv(t, backend, func(c *config.Config) {
+			c.Secrets.Destinations = []config.SecretDestinationConfig{{Connector: "billing", Hosts: []string{"https://api.example.com"}}}
+		})
 		ops := apptest.As(ctx, "ops-1")
 		in := billingTool("https://api.example.com")
 		in.Connector.Actions[0].InputSchema, _ = structpb.NewStruct(map[string]any{
@@ -562,6 +567,8 @@ func (f *fakeMCP) OnListChanged(fn func()) {
 
 func (f *fakeMCP) Close() error { return nil }
 
+func (f *fakeMCP) Problem() string { return "" }
+
 func (f *fakeMCP) change(list []connector.ServerTool) {
 	f.mu.Lock()
 	f.list = list
@@ -600,6 +607,10 @@ func TestMCPConnectorThroughTheAPI(t *testing.T) {
 		cfg := apptest.Config(t, backend)
 		off := false
 		cfg.DemoTools = &off
+		// The server's configuration lets operators run the files server,
+		// and give it its token.
+		cfg.Connectors.Stdio.AllowedCommands = []string{"/usr/local/bin/files-server"}
+		cfg.Secrets.Destinations = []config.SecretDestinationConfig{{Connector: "files", Commands: []string{"/usr/local/bin/files-server"}}}
 		conn, a := apptest.Start(t, cfg, app.Options{MCP: srv.dial})
 		reg := toolsvcv1.NewRegistryServiceClient(conn)
 		exec := toolsvcv1.NewToolExecutionServiceClient(conn)
@@ -609,7 +620,7 @@ func TestMCPConnectorThroughTheAPI(t *testing.T) {
 		_, err := reg.RegisterTool(ops, &toolsvcv1.RegisterToolRequest{Tool: &toolsvcv1.Tool{
 			Name: "files",
 			Connector: &toolsvcv1.Connector{
-				Type: toolsvcv1.ConnectorType_CONNECTOR_TYPE_MCP, Command: []string{"files-server", "/srv"},
+				Type: toolsvcv1.ConnectorType_CONNECTOR_TYPE_MCP, Command: []string{"/usr/local/bin/files-server", "/srv"},
 				Env:     map[string]*toolsvcv1.ConfigValue{"API_TOKEN": {Secret: "api_token"}},
 				Actions: []*toolsvcv1.ConnectorAction{{Name: "post", Risk: toolsvcv1.RiskLevel_RISK_LEVEL_CRITICAL}},
 			},

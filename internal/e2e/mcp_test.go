@@ -16,6 +16,7 @@ import (
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/app"
 	"github.com/toolsvc/toolsvc/internal/app/apptest"
+	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
 
@@ -89,6 +90,7 @@ func TestMCPServerThroughTheAPI(t *testing.T) {
 		off := false
 		cfg.DemoTools = &off
 		cfg.Secrets.Dir = dir
+		cfg.Secrets.Destinations = []config.SecretDestinationConfig{{Connector: "notes", Hosts: []string{strings.TrimSuffix(url, "/mcp")}}}
 		logs := &lockedBuffer{}
 		conn, a := apptest.Start(t, cfg, app.Options{
 			Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

@@ -275,6 +275,14 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 	}
 	c.entry, c.tool = entry, entry.Tool
 	action, ok := entry.Action(req.Action)
+	if !ok || entry.Impl == nil {
+		// A connector that cannot start has no actions to name: say why.
+		// (Otherwise it is refused at the reserve step, after a stored
+		// answer for the key had its chance.)
+		if why := e.reg.ConnectorProblem(entry); why != "" {
+			return nil, e.connectorDown(ctx, c, why)
+		}
+	}
 	if !ok {
 		return nil, e.reject(ctx, c, fault.ActionNotFound(req.Tool, req.Action, actionNames(entry.Tool)))
 	}

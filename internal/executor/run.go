@@ -36,6 +36,14 @@ func (e *Executor) run(ctx context.Context, c *call) (*Response, error) {
 			}
 		}
 	}
+	if why := e.reg.ConnectorProblem(c.entry); why != "" {
+		// The connector cannot be started or reached: nothing would be
+		// sent. A stored answer for the key still wins.
+		if resp, found, rerr := e.readDeferred(ctx, c); found {
+			return resp, rerr
+		}
+		return nil, e.connectorDown(ctx, c, why)
+	}
 	adm, err := e.health.Admit(ctx, c.tool.Name)
 	if err != nil {
 		if resp, found, rerr := e.readDeferred(ctx, c); found {
@@ -101,6 +109,20 @@ func (e *Executor) run(ctx context.Context, c *call) (*Response, error) {
 	}
 	ran = true
 	return e.execute(ctx, c, rec, adm, deadline)
+}
+
+// connectorDown refuses a call of a connector that cannot be started or
+// reached (UNAVAILABLE CONNECTOR_UNAVAILABLE, naming it and why), and
+// records that in the tool's health (a write only when its health changes).
+func (e *Executor) connectorDown(ctx context.Context, c *call, why string) error {
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	err := e.health.Observe(hctx, c.tool.Name, health.Observation{Kind: health.Unreachable, Error: why},
+		store.AuditEvent{Principal: c.principal.ID, Action: c.req.Action, TraceID: c.req.TraceID, TaskID: c.req.TaskID, StepID: c.req.StepID})
+	cancel()
+	if err != nil {
+		e.log.Warn("could not record an unreachable connector's health", "tool", c.tool.Name, "err", err)
+	}
+	return e.reject(ctx, c, fault.ConnectorUnavailable(c.tool.Name, why, 0))
 }
 
 // reserve moves the key to IN_PROGRESS under token (claiming it, or starting

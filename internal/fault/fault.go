@@ -65,6 +65,10 @@ const (
 	ReasonInternal             = "INTERNAL"
 	ReasonConnectorUnavailable = "CONNECTOR_UNAVAILABLE"
 	ReasonNotAConnector        = "NOT_A_CONNECTOR"
+	// Reasons of the connectors' trust rules (docs/connectors.md#threat-model).
+	ReasonCommandNotAllowed           = "COMMAND_NOT_ALLOWED"
+	ReasonSecretDestinationNotAllowed = "SECRET_DESTINATION_NOT_ALLOWED"
+	ReasonSecretNameCollision         = "SECRET_NAME_COLLISION"
 )
 
 // Reasons of the per-principal limits (see package quota), and of the

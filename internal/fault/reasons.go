@@ -315,11 +315,52 @@ func InternalError(what string) *Error {
 	return New(Internal, ReasonInternal, "%s", what)
 }
 
-// ConnectorUnavailable: a connector's server could not tell what it offers
-// (discovery failed); why is scrubbed upstream text.
-func ConnectorUnavailable(tool, why string) *Error {
-	return New(Unavailable, ReasonConnectorUnavailable, "connector %s could not be reached to discover its tools: %s",
-		q(tool), safetext.Bound(why, 500)).With("tool", tool).WithRetry(5 * time.Second)
+// ConnectorUnavailable: a connector's server cannot be started or reached
+// (why says what happened: a discovery that failed, a command that does not
+// start, a session that cannot be opened; scrubbed upstream text). Nothing
+// was sent to it. retry hints when trying again makes sense (0: 5s).
+func ConnectorUnavailable(tool, why string, retry time.Duration) *Error {
+	return New(Unavailable, ReasonConnectorUnavailable, "connector %s is unavailable: %s",
+		q(tool), safetext.Bound(why, 500)).With("tool", tool).WithRetry(retryOr(retry, 5*time.Second))
+}
+
+// CommandNotAllowed: a registration through the API asks a stdio connector
+// to run a program the server's configuration does not allow, or in an
+// environment that could make it run other code (why); nothing was started.
+func CommandNotAllowed(tool, program, why string) *Error {
+	return New(PermissionDenied, ReasonCommandNotAllowed,
+		"connector %s may not run %s: %s; a stdio connector's command comes from the tools file, or names a program listed in connectors.stdio.allowed_commands of the server's configuration (see docs/connectors.md#threat-model)",
+		q(tool), q(program), safetext.Bound(why, 300)).With("tool", tool).With("command", program)
+}
+
+// SecretDestinationNotAllowed: a registration through the API would send
+// the connector's secrets (keys, never values) somewhere the server's
+// configuration does not say they may go.
+func SecretDestinationNotAllowed(tool, destination string, keys []string) *Error {
+	list := safetext.Bound(strings.Join(keys, ", "), 300)
+	return New(PermissionDenied, ReasonSecretDestinationNotAllowed,
+		"connector %s may not send its secrets (%s) to %s: a connector's secrets go only where the tools file declares it, or to a destination listed for them in secrets.destinations of the server's configuration (see docs/connectors.md#threat-model)",
+		q(tool), list, q(destination)).With("tool", tool).With("destination", destination).With("secrets", list)
+}
+
+// SecretNameCollision: a secret of the connector would be read from the
+// same place (an environment variable) as a secret of another connector,
+// or of the server itself.
+func SecretNameCollision(tool, key, variable, other string) *Error {
+	return New(FailedPrecondition, ReasonSecretNameCollision,
+		"secret %s of connector %s would be read from %s, which is also where %s keeps its secrets (%s*); rename the connector or the key",
+		q(key), q(tool), variable, q(other), secretsPrefixOf(variable, other)).
+		With("tool", tool).With("secret", key).With("variable", variable).With("other", other)
+}
+
+// secretsPrefixOf names the namespace of other in a message: the prefix
+// variable shares with it, up to and including the "_" after other's id.
+func secretsPrefixOf(variable, other string) string {
+	n := len("TOOLSVC_SECRET_") + len(other) + 1
+	if n > len(variable) {
+		return variable
+	}
+	return variable[:n]
 }
 
 // NotAConnector: the tool is not declared as a connector, so there is

@@ -53,7 +53,10 @@ func TestConstructors(t *testing.T) {
 		{UndecodableRequest("context.trace_id", "is not valid UTF-8"), InvalidArgument, ReasonInvalidRequest},
 		{TooManyWatches(huge, true, 16, time.Second), ResourceExhausted, ReasonTooManyWatches},
 		{InternalError("bug"), Internal, ReasonInternal},
-		{ConnectorUnavailable(huge, huge), Unavailable, ReasonConnectorUnavailable},
+		{ConnectorUnavailable(huge, huge, 0), Unavailable, ReasonConnectorUnavailable},
+		{CommandNotAllowed(huge, huge, huge), PermissionDenied, ReasonCommandNotAllowed},
+		{SecretDestinationNotAllowed(huge, huge, []string{huge}), PermissionDenied, ReasonSecretDestinationNotAllowed},
+		{SecretNameCollision(huge, huge, "TOOLSVC_SECRET_A_B", "a"), FailedPrecondition, ReasonSecretNameCollision},
 		{NotAConnector(huge), FailedPrecondition, ReasonNotAConnector},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {

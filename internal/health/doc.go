@@ -39,6 +39,10 @@
 //     the reported reset (a reset already past changes nothing). It is not
 //     an error and does not reset the error count. A probe that is rate
 //     limited releases the probe, so the next call after the reset probes.
+//   - Unreachable (a connector that cannot be started or reached: its
+//     server does not start, no session opens): the circuit opens at once,
+//     with LastError saying why, and the same reason said again while it is
+//     open changes nothing (no write per refused call).
 //   - A drained tool stays UNAVAILABLE whatever happens until an operator
 //     restores it: observations still update the counters, the last error
 //     and the rate limit, but never the status or the circuit.

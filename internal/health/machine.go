@@ -24,6 +24,10 @@ const (
 	ToolError
 	// RateLimited: the upstream refused for now, until a reset time.
 	RateLimited
+	// Unreachable: the tool's connector cannot be started or reached at
+	// all (its server does not start, no session can be opened): the
+	// circuit opens at once, whatever the count.
+	Unreachable
 )
 
 // String names the kind for logs and audit details.
@@ -37,6 +41,8 @@ func (k ObservationKind) String() string {
 		return "tool_error"
 	case RateLimited:
 		return "rate_limited"
+	case Unreachable:
+		return "unreachable"
 	default:
 		return fmt.Sprintf("ObservationKind(%d)", int(k))
 	}
@@ -91,6 +97,20 @@ func Next(cfg Config, cur store.ToolHealth, o Observation, now time.Time) (store
 			next.ProbeUntil = time.Time{}
 		case shared && next.ConsecutiveErrors >= cfg.DegradedAfter:
 			next.Status = store.HealthDegraded
+		}
+	case Unreachable:
+		if cur.Status == store.HealthUnavailable && cur.LastError == lastError(o.Error) {
+			// Said again (every refused call, every retry): no change.
+			return cur, false
+		}
+		next.ConsecutiveErrors++
+		next.LastError = lastError(o.Error)
+		next.LastErrorAt = now
+		if !open {
+			next.Status = store.HealthUnavailable
+			next.Trips++
+			next.CooldownUntil = now.Add(cfg.cooldown(next.Trips))
+			next.ProbeUntil = time.Time{}
 		}
 	case RateLimited:
 		if until := normTime(o.RateLimitUntil); until.After(now) && until.After(cur.RateLimitResetsAt) {
@@ -196,6 +216,8 @@ func describe(cur, next store.ToolHealth, o Observation) string {
 			what += ": " + lastError(o.Error)
 		}
 		return what
+	case Unreachable:
+		return "connector unreachable: " + lastError(o.Error)
 	case RateLimited:
 		if !next.RateLimitResetsAt.Equal(cur.RateLimitResetsAt) {
 			return "rate limited until " + next.RateLimitResetsAt.Format(time.RFC3339)

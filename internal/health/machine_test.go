@@ -33,6 +33,7 @@ func TestNextTransitions(t *testing.T) {
 	success := Observation{Kind: Success}
 	business := Observation{Kind: BusinessFailure}
 	toolErr := Observation{Kind: ToolError, Error: "boom"}
+	unreachable := Observation{Kind: Unreachable, Error: "cannot start"}
 	probeErr := Observation{Kind: ToolError, Error: "boom", Probe: true}
 	probeOK := Observation{Kind: Success, Probe: true}
 	limit := func(until time.Time, probe bool) Observation {
@@ -120,6 +121,33 @@ func TestNextTransitions(t *testing.T) {
 		{"drained error past the threshold never trips", drainedOpen, toolErr, with(drainedOpen, func(h *store.ToolHealth) {
 			h.ConsecutiveErrors, h.LastError, h.LastErrorAt = 6, "boom", t0
 		}), true},
+
+		// Unreachable connectors.
+		{"unreachable opens a healthy tool at once", healthy, unreachable, with(healthy, func(h *store.ToolHealth) {
+			h.Status, h.ConsecutiveErrors, h.LastError, h.LastErrorAt = store.HealthUnavailable, 1, "cannot start", t0
+			h.Trips, h.CooldownUntil = 1, at(30*time.Second)
+		}), true},
+		{"unreachable opens a degraded tool", degraded4, unreachable, with(degraded4, func(h *store.ToolHealth) {
+			h.Status, h.ConsecutiveErrors, h.LastError, h.LastErrorAt = store.HealthUnavailable, 5, "cannot start", t0
+			h.Trips, h.CooldownUntil = 1, at(30*time.Second)
+		}), true},
+		{"unreachable on an open circuit records the reason", open, unreachable, with(open, func(h *store.ToolHealth) {
+			h.ConsecutiveErrors, h.LastError, h.LastErrorAt = 6, "cannot start", t0
+		}), true},
+		{"the same reason again writes nothing", with(open, func(h *store.ToolHealth) {
+			h.LastError = "cannot start"
+			h.UpdatedAt = earlier
+		}), unreachable, with(open, func(h *store.ToolHealth) {
+			h.LastError = "cannot start"
+			h.UpdatedAt = earlier
+		}), false},
+		{"unreachable keeps a drain", drained, unreachable, with(drained, func(h *store.ToolHealth) {
+			h.ConsecutiveErrors, h.LastError, h.LastErrorAt = 1, "cannot start", t0
+		}), true},
+		{"a success after unreachable heals", with(open, func(h *store.ToolHealth) {
+			h.LastError = "cannot start"
+			h.UpdatedAt = earlier
+		}), success, healed(with(open, func(h *store.ToolHealth) { h.LastError = "cannot start" })), true},
 
 		// Rate limits.
 		{"rate limit sets the reset", healthy, limit(at(time.Minute), false), with(healthy, func(h *store.ToolHealth) {

@@ -552,6 +552,21 @@ func (t *Tracker) Record(ctx context.Context, tool string, o Observation, ev sto
 	return h, nil
 }
 
+// Observe records o for tool, in its own transaction, unless judged from
+// the cache it changes nothing: for observations made outside calls (a
+// connector found unreachable, and reachable again), which may be made
+// over and over and must write only when the health changes. NOT_FOUND for
+// an unknown tool.
+func (t *Tracker) Observe(ctx context.Context, tool string, o Observation, ev store.AuditEvent) error {
+	if cur, ok := t.Get(tool); ok {
+		if _, changed := Next(t.cfg, cur, o, t.clock()); !changed {
+			return nil
+		}
+	}
+	_, err := t.Record(ctx, tool, o, ev)
+	return err
+}
+
 // observeFunc returns the HealthFunc that applies o, and a function telling
 // the record the store last saw through it (the new record, or the current
 // one when nothing changed) — what the cache should hold once the

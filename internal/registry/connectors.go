@@ -34,9 +34,10 @@ func isMCPConnector(t *store.Tool) bool {
 // asking its server. Whatever the definition carried there is replaced:
 // only the server says what it offers. When the server cannot be reached,
 // the tools cur (the stored tool) discovered from the same server are kept;
-// failing that, strict refuses (CONNECTOR_UNAVAILABLE) and otherwise the
-// tool goes without actions until a discovery succeeds.
-func (r *Registry) discoverInto(ctx context.Context, t, cur *store.Tool, strict bool) error {
+// failing that, the tool goes without actions until a discovery succeeds
+// (the connector retries in the background). RegisterTool asks through
+// probeInto instead.
+func (r *Registry) discoverInto(ctx context.Context, t, cur *store.Tool) {
 	t.Connector = connector.Normalize(t.Connector)
 	t.Connector.Discovered = nil
 	// The connector sees the definition as it will be stored (timeouts
@@ -44,18 +45,14 @@ func (r *Registry) discoverInto(ctx context.Context, t, cur *store.Tool, strict 
 	found, err := r.connectors.Discover(ctx, normalize(t))
 	if err == nil {
 		t.Connector.Discovered = checkDiscovered(found)
-		return nil
+		return
 	}
 	if cur != nil && cur.Connector != nil && connector.SameServer(connector.Normalize(cur.Connector), t.Connector) {
 		t.Connector.Discovered = connector.Normalize(cur.Connector).Clone().Discovered
 		r.log.WarnContext(ctx, "MCP discovery failed; keeping the tools discovered before", "tool", t.Name, "error", err.Error())
-		return nil
-	}
-	if strict {
-		return fault.ConnectorUnavailable(t.Name, err.Error())
+		return
 	}
 	r.log.WarnContext(ctx, "MCP discovery failed; the tool has no actions until its server answers", "tool", t.Name, "error", err.Error())
-	return nil
 }
 
 // checkDiscovered bounds what a server listed and marks the tools that
@@ -124,12 +121,16 @@ func (r *Registry) Rediscover(ctx context.Context, name, actor string) (*store.T
 		if cur.Connector == nil {
 			return nil, false, fault.NotAConnector(name)
 		}
+		if err := r.trusted(cur); err != nil {
+			r.refused(ctx, cur, RegisterParams{Source: cur.Source, Actor: actor, Reason: ReasonDiscovery}, err)
+			return nil, false, err
+		}
 		if !isMCPConnector(cur) || r.connectors == nil {
 			return cur, false, nil
 		}
 		found, err := r.connectors.Discover(ctx, cur)
 		if err != nil {
-			return nil, false, fault.ConnectorUnavailable(name, err.Error())
+			return nil, false, fault.ConnectorUnavailable(name, "its server could not be reached to discover its tools: "+err.Error(), 0)
 		}
 		def := cloneTool(cur)
 		def.Connector = connector.Normalize(def.Connector)
@@ -151,6 +152,22 @@ func (r *Registry) Rediscover(ctx context.Context, name, actor string) (*store.T
 		return cloneTool(t), t.Version != cur.Version, nil
 	}
 	return nil, false, fault.ConcurrentWriters(name)
+}
+
+// ConnectorProblem says why the connector tool of e cannot serve calls now,
+// or "" (also for a tool that is not a connector): its definition breaks
+// the trust rules, or its server cannot be started or reached
+// (tools.Connectors.Problem).
+func (r *Registry) ConnectorProblem(e *Entry) string {
+	switch {
+	case e == nil || e.Tool.Connector == nil:
+		return ""
+	case e.refusal != nil:
+		return "it is not served: " + e.refusal.Error()
+	case r.connectors == nil:
+		return ""
+	}
+	return r.connectors.Problem(e.Tool.Name)
 }
 
 // MCPConnectors lists the names of the cached tools declared as MCP

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +29,8 @@ type fakeConnectors struct {
 	discovers int
 	asked     []string // the URL or command of each discovery
 	forgot    []string
+	probes    []bool // what each probe's done was told (kept or not)
+	problem   string
 }
 
 var _ tools.Connectors = (*fakeConnectors)(nil)
@@ -50,6 +53,24 @@ func (f *fakeConnectors) Discover(_ context.Context, def *store.Tool) ([]connect
 	out := make([]connector.ServerTool, len(f.list))
 	copy(out, f.list)
 	return out, nil
+}
+
+func (f *fakeConnectors) Probe(ctx context.Context, def *store.Tool) ([]connector.ServerTool, func(bool), error) {
+	list, err := f.Discover(ctx, def)
+	if err != nil {
+		return nil, func(bool) {}, err
+	}
+	return list, func(keep bool) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.probes = append(f.probes, keep)
+	}, nil
+}
+
+func (f *fakeConnectors) Problem(string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.problem
 }
 
 func (f *fakeConnectors) Forget(id string) {
@@ -99,11 +120,29 @@ func backends(t *testing.T, fn func(t *testing.T, st store.Store)) {
 
 func newConnectorRegistry(t *testing.T, st store.Store, fc *fakeConnectors) *Registry {
 	t.Helper()
-	r, err := New(Options{Store: st, Providers: []tools.Provider{demoProvider()}, Connectors: fc, Now: fixedClock()})
+	r, err := New(Options{Store: st, Providers: []tools.Provider{demoProvider()}, Connectors: fc, Now: fixedClock(), Trust: openTrust(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// openTrust lets the connectors of these tests send their secrets where
+// they point and run the programs they name.
+func openTrust(t *testing.T) *connector.Trust {
+	t.Helper()
+	tr, err := connector.NewTrust(connector.TrustConfig{
+		AllowedCommands: []string{"/usr/bin/files-server"},
+		Destinations: []connector.Destination{
+			{Connector: "files", Hosts: []string{"127.0.0.1", "files.example.com"}, Commands: []string{"/usr/bin/files-server"}},
+			{Connector: "billing", Hosts: []string{"api.example.com", "127.0.0.1"}},
+			{Connector: "files3", Hosts: []string{"127.0.0.1"}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
 }
 
 func actionRisks(tl *store.Tool) map[string]toolkit.RiskLevel {
@@ -491,4 +530,52 @@ connectors:
 			t.Errorf("no problem %q in:\n%s", want, all)
 		}
 	}
+}
+
+// TestRegisterKeepsWhatItProbedOnlyWhenStored: what a probe opened serves
+// the connector only if the definition was stored; a dry run, a refusal
+// after the probe and an unreachable server leave it closed, and each
+// refusal is a tool.refused event.
+func TestRegisterKeepsWhatItProbedOnlyWhenStored(t *testing.T) {
+	backends(t, func(t *testing.T, st store.Store) {
+		ctx := t.Context()
+		fc := &fakeConnectors{list: serverTools()}
+		r := newConnectorRegistry(t, st, fc)
+		if err := r.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := r.Register(ctx, RegisterParams{Tool: mcpTool(), Actor: "ops", ValidateOnly: true}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := r.Register(ctx, RegisterParams{Tool: mcpTool(), Actor: "ops"}); err != nil {
+			t.Fatal(err)
+		}
+		// A version that does not match: refused after the probe.
+		bad := mcpTool()
+		bad.Description = "changed"
+		if _, _, err := r.Register(ctx, RegisterParams{Tool: bad, Actor: "ops", ExpectedVersion: 7}); !isReason(err, fault.ReasonVersionConflict) {
+			t.Fatalf("a version conflict: %v", err)
+		}
+		fc.mu.Lock()
+		probes := slices.Clone(fc.probes)
+		fc.mu.Unlock()
+		if !slices.Equal(probes, []bool{false, true, false}) {
+			t.Fatalf("probes were told %v, want dry run, stored, refused", probes)
+		}
+		fc.set(nil, errors.New("connection refused"))
+		other := mcpTool()
+		other.Name = "files3"
+		_, _, err := r.Register(ctx, RegisterParams{Tool: other, Actor: "ops-2"})
+		if !isReason(err, fault.ReasonConnectorUnavailable) {
+			t.Fatalf("an unreachable server: %v", err)
+		}
+		evs, err := st.ListAuditEvents(ctx, store.AuditFilter{Types: []string{audit.ToolRefused}})
+		if err != nil || len(evs) != 1 || evs[0].Tool != "files3" || evs[0].Principal != "ops-2" ||
+			evs[0].DetailMap()["reason"] != fault.ReasonConnectorUnavailable || evs[0].DetailMap()["destination"] != "http://127.0.0.1:9/mcp" {
+			t.Fatalf("tool.refused: %v %+v", err, evs)
+		}
+		if _, err := st.GetTool(ctx, "files3"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("the refused tool was stored: %v", err)
+		}
+	})
 }

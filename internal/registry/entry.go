@@ -35,6 +35,9 @@ type Entry struct {
 	// definition written by another version of toolsvc): its calls fail
 	// rather than run unvalidated.
 	compileErr error
+	// refusal is set when a connector's stored definition breaks the trust
+	// rules (it did not come from the tools file): it is not served.
+	refusal error
 }
 
 // compiledAction holds one action's compiled schemas.

@@ -22,6 +22,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/toolsvc/toolsvc/internal/audit"
+	"github.com/toolsvc/toolsvc/internal/connector"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/tools"
@@ -37,6 +38,10 @@ type Options struct {
 	// leaves them unbound (their calls answer that the connector is not
 	// served here).
 	Connectors tools.Connectors
+	// Trust is what the server's configuration lets connectors defined
+	// through the API do; nil trusts nothing but the tools file
+	// (docs/connectors.md#threat-model).
+	Trust *connector.Trust
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger; nil discards.
@@ -48,6 +53,7 @@ type Registry struct {
 	store      store.Store
 	providers  map[string]tools.Provider
 	connectors tools.Connectors
+	trust      *connector.Trust
 	order      []tools.Provider // as given, for Builtins
 	check      checker
 	now        func() time.Time
@@ -75,6 +81,7 @@ func New(o Options) (*Registry, error) {
 	r := &Registry{
 		store:      o.Store,
 		connectors: o.Connectors,
+		trust:      o.Trust,
 		providers:  make(map[string]tools.Provider, len(o.Providers)),
 		now:        o.Now,
 		log:        o.Logger,
@@ -344,6 +351,11 @@ func (r *Registry) entryFor(ctx context.Context, t *store.Tool) *Entry {
 		r.log.ErrorContext(ctx, "stored tool has schemas that do not compile", "tool", t.Name, "version", t.Version, "error", e.compileErr)
 	}
 	if t.Connector != nil {
+		if err := r.trusted(t); err != nil {
+			e.refusal = err
+			r.log.WarnContext(ctx, "connector tool is not served: its definition breaks the trust rules", "tool", t.Name, "error", err)
+			return e
+		}
 		if r.connectors != nil {
 			impl, err := r.connectors.Bind(t)
 			if err != nil {
@@ -431,35 +443,51 @@ type RegisterParams struct {
 // identical to the stored one changes nothing (no version bump, no event).
 // With ValidateOnly the returned tool is what would be stored.
 func (r *Registry) Register(ctx context.Context, p RegisterParams) (*store.Tool, bool, error) {
-	prep, v := r.check.prepare(p.Tool)
-	if len(v) > 0 {
-		return nil, false, v.Err("invalid tool definition")
-	}
-	if isMCPConnector(p.Tool) && r.connectors != nil {
-		// What the server offers is asked only of a valid definition (its
-		// command is not run before it passed validation).
-		def := cloneTool(p.Tool)
-		var cur *store.Tool
-		if e, ok := r.Lookup(def.Name); ok {
-			cur = e.Tool
-		}
-		if err := r.discoverInto(ctx, def, cur, true); err != nil {
-			return nil, false, err
-		}
-		if prep, v = r.check.prepare(def); len(v) > 0 {
-			return nil, false, v.Err("invalid tool definition with what the server offers")
-		}
-	}
 	if p.Source == "" {
 		p.Source = store.SourceAPI
 	}
-	prep.tool.Source = p.Source
 	if p.ExpectedVersion < 0 {
 		var vs fault.Violations
 		vs.Add("expected_version", "must not be negative")
 		return nil, false, vs.Err("invalid request")
 	}
+	in := cloneTool(p.Tool)
+	if in != nil {
+		in.Source = p.Source
+	}
+	prep, v := r.check.prepare(in)
+	if len(v) > 0 {
+		return nil, false, v.Err("invalid tool definition")
+	}
+	// Nothing of a connector runs before the trust rules let it: its
+	// command is not started, its secrets are not fetched.
+	if err := r.admit(ctx, prep.tool, p); err != nil {
+		return nil, false, err
+	}
+	done := func(bool) {}
+	if isMCPConnector(in) && r.connectors != nil {
+		// What the server offers is asked only of a valid definition (its
+		// command is not run before it passed validation).
+		def := cloneTool(in)
+		var cur *store.Tool
+		if e, ok := r.Lookup(def.Name); ok {
+			cur = e.Tool
+		}
+		var err error
+		if done, err = r.probeInto(ctx, def, cur); err != nil {
+			done(false)
+			r.refused(ctx, def, p, err)
+			return nil, false, err
+		}
+		if prep, v = r.check.prepare(def); len(v) > 0 {
+			done(false)
+			return nil, false, v.Err("invalid tool definition with what the server offers")
+		}
+	}
+	prep.tool.Source = p.Source
 	t, created, err := r.register(ctx, prep, p)
+	// What the probe opened serves the connector only if it was stored.
+	done(err == nil && !p.ValidateOnly)
 	if err != nil {
 		return nil, false, err
 	}
@@ -485,9 +513,10 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 			def := cloneTool(prep.tool)
 			def.Incarnation = newIncarnation()
 			t, err := r.store.CreateTool(ctx, store.CreateToolParams{
-				Tool:   def,
-				Now:    now,
-				Events: []store.AuditEvent{toolEvent(audit.ToolRegistered, now, p.Actor, name, 1, p.Source, p.Reason)},
+				Tool: def,
+				Now:  now,
+				Events: []store.AuditEvent{toolEvent(audit.ToolRegistered, now, p.Actor, name, 1, p.Source, p.Reason,
+					map[string]any{"definition": definitionDetail(def)})},
 			})
 			if errors.Is(err, store.ErrConflict) {
 				continue // created concurrently: replace it
@@ -515,7 +544,8 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 			Tool:            cloneTool(prep.tool),
 			ExpectedVersion: cur.Version,
 			Now:             now,
-			Events:          []store.AuditEvent{toolEvent(audit.ToolUpdated, now, p.Actor, name, cur.Version+1, p.Source, p.Reason)},
+			Events: []store.AuditEvent{toolEvent(audit.ToolUpdated, now, p.Actor, name, cur.Version+1, p.Source, p.Reason,
+				map[string]any{"changes": changeDetail(cur, prep.tool)})},
 		})
 		switch {
 		case errors.Is(err, store.ErrConflict) && p.ExpectedVersion != 0:
@@ -566,7 +596,7 @@ func (r *Registry) Deregister(ctx context.Context, name string, expectedVersion 
 			Name:            name,
 			ExpectedVersion: cur.Version,
 			Now:             now,
-			Events:          []store.AuditEvent{toolEvent(audit.ToolDeregistered, now, actor, name, cur.Version, cur.Source, "")},
+			Events:          []store.AuditEvent{toolEvent(audit.ToolDeregistered, now, actor, name, cur.Version, cur.Source, "", nil)},
 			// What waits for the tool dies with it: a tool registered again
 			// under the name is another tool, and an approver must not be
 			// shown an approval that can never run.
@@ -645,14 +675,21 @@ func (r *Registry) Sync(ctx context.Context, source store.ToolSource, defs []*st
 			problems = append(problems, fmt.Errorf("tool %q: already registered from source %s; skipped", name, cur.Source))
 			continue
 		}
+		def = cloneTool(def)
+		def.Source = source
 		prep, v := r.check.prepare(def)
+		if len(v) == 0 {
+			if err := r.admit(ctx, prep.tool, RegisterParams{Source: source, Actor: actor}); err != nil {
+				problems = append(problems, fmt.Errorf("tool %q: %w", name, err))
+				continue
+			}
+		}
 		if len(v) == 0 && isMCPConnector(def) && r.connectors != nil {
 			// A server that does not answer does not stop the sync: the
 			// tool keeps what was discovered before, or waits for it.
 			d := cloneTool(def)
-			if err := r.discoverInto(ctx, d, existing[name], false); err == nil {
-				prep, v = r.check.prepare(d)
-			}
+			r.discoverInto(ctx, d, existing[name])
+			prep, v = r.check.prepare(d)
 		}
 		if len(v) > 0 {
 			problems = append(problems, fmt.Errorf("tool %q: %w", name, v.Err("invalid tool definition")))
@@ -742,8 +779,11 @@ func previewExpiredEvent(p *store.Preview, now time.Time, actor string) store.Au
 }
 
 // toolEvent builds a tool.* audit event.
-func toolEvent(typ string, now time.Time, actor, name string, version int64, source store.ToolSource, reason string) store.AuditEvent {
+func toolEvent(typ string, now time.Time, actor, name string, version int64, source store.ToolSource, reason string, extra map[string]any) store.AuditEvent {
 	detail := map[string]any{"version": version, "source": string(source)}
+	for k, v := range extra {
+		detail[k] = v
+	}
 	if reason != "" {
 		detail["reason"] = reason
 	}

@@ -545,7 +545,10 @@ func (c checker) bindConnector(v *fault.Violations, p *prepared) {
 	}
 	impl, err := c.connectors.Bind(p.tool)
 	if err != nil {
-		if p.tool.Connector.Type == connector.TypeHTTP {
+		// A refusal of the trust rules is the registry's to answer, as
+		// itself (Register); so is an MCP server that may be down now and
+		// up later.
+		if _, trust := fault.As(err); !trust && p.tool.Connector.Type == connector.TypeHTTP {
 			v.Add("tool.connector", "cannot be served: %v", err)
 		}
 		return

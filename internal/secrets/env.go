@@ -23,6 +23,16 @@ func EnvName(connectorID, key string) string {
 	return EnvPrefix + envPart(connectorID) + "_" + envPart(key)
 }
 
+// EnvNamespace is the start of the name of every environment variable a
+// connector's secrets are read from: TOOLSVC_SECRET_<CONNECTOR>_. Because
+// the mangling is not one to one, the namespaces of two connectors may
+// nest ("billing" holds "billing-api"'s); the registry refuses a secret
+// whose variable lies in another connector's namespace (docs/connectors.md,
+// "Threat model").
+func EnvNamespace(connectorID string) string {
+	return EnvPrefix + envPart(connectorID) + "_"
+}
+
 func envPart(s string) string {
 	return strings.Map(func(r rune) rune {
 		switch {

@@ -25,11 +25,23 @@ const keepPerLabel = 2
 // Scrubber removes secret values from text that came from upstream (error
 // bodies, messages, url.Error text that quotes a URL holding a token) before
 // it reaches a message, a stored outcome, a log line or the audit trail. It
-// finds each value it was given in the forms it travels in: as it is,
-// URL-encoded (query and path), quoted for Go and JSON, hex, and base64
-// (standard and URL alphabets, padded or not, and inside longer base64 text
-// at any alignment, as in an HTTP Basic credential). Every occurrence
-// becomes Redacted.
+// finds each value it was given in the forms it travels in:
+//
+//   - as it is, in any letter case of its ASCII letters (an upstream that
+//     upper-cases what it echoes);
+//   - behind escapes, decoded up to maxDecodes levels deep, mixed freely:
+//     percent-encoding (%2F, %2f), backslash escapes (\u002b, \x2b, \/, \",
+//     octal \053), HTML character references (&#43;, &#x2b;, &amp;) — so a
+//     text/plain body that JSON-, URL- or HTML-escapes a secret hides
+//     nothing;
+//   - URL query encoding (space as "+"), and hex in either case;
+//   - base64 (standard and URL alphabets, padded or not, and inside longer
+//     base64 text at any alignment, as in an HTTP Basic credential),
+//     matched exactly: base64 is case-sensitive.
+//
+// Every occurrence becomes Redacted. What it does not find is listed in
+// docs/connectors.md (a secret cut in pieces, transformed otherwise, or
+// shorter than MinScrubLength).
 //
 // Every connector uses one, fed by Recording: whatever the connector fetches
 // from the secrets store is scrubbed from whatever it returns. A Scrubber is
@@ -38,9 +50,16 @@ type Scrubber struct {
 	mu     sync.RWMutex
 	labels map[string][]string // label -> its values, most recent last
 	extra  []string            // values added without a label
-	// needles is every form of every value, longest first.
-	needles []string
+	// exact are the forms matched as they are (base64); folded the forms
+	// matched in any ASCII letter case, lower-cased; decoded the folded
+	// forms looked for in text whose escapes were decoded (the values, and
+	// their query encoding, whose "+" is not decoded). Longest first.
+	exact, folded, decoded []string
 }
+
+// maxDecodes is how many levels of escaping a Scrubber sees through (a
+// JSON string inside a URL-encoded parameter is two).
+const maxDecodes = 3
 
 // NewScrubber returns an empty Scrubber.
 func NewScrubber() *Scrubber { return &Scrubber{labels: map[string][]string{}} }
@@ -80,13 +99,21 @@ func (s *Scrubber) Set(label string, v Secret) {
 
 // rebuild recomputes the needles. Called with mu held.
 func (s *Scrubber) rebuild() {
-	seen := map[string]bool{}
-	var out []string
+	exact, folded, decoded := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	add := func(v string) {
-		for _, n := range forms(v) {
-			if len(n) >= MinScrubLength && !seen[n] {
-				seen[n] = true
-				out = append(out, n)
+		if len(v) < MinScrubLength {
+			return
+		}
+		for _, n := range foldedForms(v) {
+			if len(n) >= MinScrubLength {
+				folded[asciiLower(n)] = true
+			}
+		}
+		decoded[asciiLower(v)] = true
+		decoded[asciiLower(url.QueryEscape(v))] = true
+		for _, n := range base64Forms(v) {
+			if len(n) >= MinScrubLength {
+				exact[n] = true
 			}
 		}
 	}
@@ -98,29 +125,30 @@ func (s *Scrubber) rebuild() {
 	for _, v := range s.extra {
 		add(v)
 	}
-	// Longest first: a longer form that contains a shorter one is removed
-	// whole. Ties by value, for a deterministic order.
+	s.exact, s.folded, s.decoded = longestFirst(exact), longestFirst(folded), longestFirst(decoded)
+}
+
+// longestFirst returns the set's members, longest first, ties by value
+// (a deterministic order).
+func longestFirst(set map[string]bool) []string {
+	out := make([]string, 0, len(set))
+	for n := range set {
+		out = append(out, n)
+	}
 	sort.Slice(out, func(i, j int) bool {
 		if len(out[i]) != len(out[j]) {
 			return len(out[i]) > len(out[j])
 		}
 		return out[i] < out[j]
 	})
-	s.needles = out
+	return out
 }
 
-// forms returns the encodings of v that text may carry.
-func forms(v string) []string {
-	if len(v) < MinScrubLength {
-		return nil
-	}
-	out := []string{v, url.QueryEscape(v), url.PathEscape(v), hex.EncodeToString([]byte(v)), strings.ToUpper(hex.EncodeToString([]byte(v)))}
-	// Percent-encoding in lower-case hex, as some upstreams echo it.
-	for _, e := range []string{url.QueryEscape(v), url.PathEscape(v)} {
-		if strings.Contains(e, "%") {
-			out = append(out, lowerPercent(e))
-		}
-	}
+// foldedForms returns the forms of v matched without regard to letter
+// case. Escaped forms are also found by decoding the text; they are listed
+// too because some escapes (a "+" for a space) are not decoded.
+func foldedForms(v string) []string {
+	out := []string{v, url.QueryEscape(v), url.PathEscape(v), hex.EncodeToString([]byte(v))}
 	q := strconv.Quote(v)
 	out = append(out, q[1:len(q)-1])
 	if j, err := json.Marshal(v); err == nil {
@@ -133,6 +161,12 @@ func forms(v string) []string {
 		j := strings.TrimSuffix(sb.String(), "\n")
 		out = append(out, j[1:len(j)-1])
 	}
+	return out
+}
+
+// base64Forms returns the base64 encodings of v that text may carry.
+func base64Forms(v string) []string {
+	var out []string
 	for _, e := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
 		out = append(out, e.EncodeToString([]byte(v)), e.WithPadding(base64.NoPadding).EncodeToString([]byte(v)))
 		out = append(out, base64Cores(e, v)...)
@@ -161,39 +195,28 @@ func base64Cores(e *base64.Encoding, v string) []string {
 	return out
 }
 
-// lowerPercent rewrites the hex digits of percent escapes in lower case.
-func lowerPercent(s string) string {
-	b := []byte(s)
-	for i := 0; i+2 < len(b); i++ {
-		if b[i] == '%' {
-			b[i+1] = lowerHex(b[i+1])
-			b[i+2] = lowerHex(b[i+2])
-		}
-	}
-	return string(b)
-}
-
-func lowerHex(c byte) byte {
-	if c >= 'A' && c <= 'F' {
-		return c - 'A' + 'a'
-	}
-	return c
-}
-
 // Scrub returns text with every form of every value replaced by Redacted.
 func (s *Scrubber) Scrub(text string) string {
 	if s == nil || text == "" {
 		return text
 	}
 	s.mu.RLock()
-	needles := s.needles
+	exact, folded, decoded := s.exact, s.folded, s.decoded
 	s.mu.RUnlock()
-	for _, n := range needles {
-		if strings.Contains(text, n) {
-			text = strings.ReplaceAll(text, n, Redacted)
-		}
+	if len(exact) == 0 && len(folded) == 0 {
+		return text
 	}
-	return text
+	v := identityView(text)
+	found := v.find(nil, exact, folded)
+	for level := 0; level < maxDecodes; level++ {
+		next, ok := v.decode()
+		if !ok {
+			break
+		}
+		v = next
+		found = v.find(found, exact, decoded)
+	}
+	return redact(text, found)
 }
 
 // ScrubValue returns a JSON-like value (what encoding/json decodes into:

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // canary has characters that every encoding changes.
@@ -159,4 +160,143 @@ func FuzzScrub(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestScrubberCaseAndEscapes: an upstream that upper-cases the secret, or
+// escapes it (JSON, Go, C, URL, HTML, and those nested) in a text body,
+// gets nothing past the scrubber; the text around it is kept.
+func TestScrubberCaseAndEscapes(t *testing.T) {
+	sc := NewScrubber()
+	sc.Add(New(canary))
+	jsonEsc := func(s string) string {
+		var b strings.Builder
+		for _, r := range s {
+			fmt.Fprintf(&b, `\u%04x`, r)
+		}
+		return b.String()
+	}
+	hexEsc := func(s string) string {
+		var b strings.Builder
+		for i := 0; i < len(s); i++ {
+			fmt.Fprintf(&b, `\x%02X`, s[i])
+		}
+		return b.String()
+	}
+	octEsc := func(s string) string {
+		var b strings.Builder
+		for i := 0; i < len(s); i++ {
+			fmt.Fprintf(&b, `\%03o`, s[i])
+		}
+		return b.String()
+	}
+	htmlEsc := func(s string) string {
+		var b strings.Builder
+		for i, r := range s {
+			if i%2 == 0 {
+				fmt.Fprintf(&b, "&#%d;", r)
+			} else {
+				fmt.Fprintf(&b, "&#X%x;", r)
+			}
+		}
+		return b.String()
+	}
+	pctAll := func(s string) string {
+		var b strings.Builder
+		for i := 0; i < len(s); i++ {
+			fmt.Fprintf(&b, "%%%02x", s[i])
+		}
+		return b.String()
+	}
+	texts := map[string]string{
+		"upper":              strings.ToUpper(canary),
+		"lower":              strings.ToLower(canary),
+		"mixed case":         "C4N4ry/S3cR+T?&=X y<Z>",
+		"json unicode":       jsonEsc(canary),
+		"json upper hex":     strings.ToUpper(jsonEsc(canary)),
+		"json solidus":       strings.ReplaceAll(canary, "/", `\/`),
+		"c hex":              hexEsc(canary),
+		"octal":              octEsc(canary),
+		"html":               htmlEsc(canary),
+		"html named":         strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(canary),
+		"percent everything": pctAll(canary),
+		"percent upper text": strings.ToUpper(url.PathEscape(canary)),
+		"json of percent":    jsonEsc(url.PathEscape(canary)),
+		"percent of json":    pctAll(jsonEsc(canary)),
+		"escaped and upper":  jsonEsc(strings.ToUpper(canary)),
+		"half escaped":       canary[:5] + jsonEsc(canary[5:12]) + canary[12:],
+		"hex upper":          strings.ToUpper(hex.EncodeToString([]byte(canary))),
+	}
+	for name, echo := range texts {
+		text := "before «" + echo + "» after"
+		got := sc.Scrub(text)
+		if got != "before «"+Redacted+"» after" {
+			t.Errorf("%s: Scrub(%q) = %q", name, text, got)
+		}
+	}
+	// Twice in one text, one escaped and one not, and a lookalike left alone.
+	text := canary + " and " + jsonEsc(canary) + " but not c4n4ry/s3cr"
+	if got := sc.Scrub(text); got != Redacted+" and "+Redacted+" but not c4n4ry/s3cr" {
+		t.Errorf("Scrub(%q) = %q", text, got)
+	}
+	// Escapes that are not escapes, and a broken one, leave text as it was.
+	for _, clean := range []string{`100% sure \q &nbsp; &#xZZ; \u12 %G0 \`, "plain text", `C:\path\to\file`} {
+		if got := sc.Scrub(clean); got != clean {
+			t.Errorf("clean text %q changed: %q", clean, got)
+		}
+	}
+}
+
+// TestScrubberBase64IsExact: base64 is case-sensitive; its forms are
+// matched exactly, and a text that merely resembles one in another case
+// is not taken for it.
+func TestScrubberBase64IsExact(t *testing.T) {
+	sc := NewScrubber()
+	sc.Add(New(canary))
+	b64 := base64.StdEncoding.EncodeToString([]byte(canary))
+	if got := sc.Scrub("x " + b64 + " y"); got != "x "+Redacted+" y" {
+		t.Fatalf("base64: %q", got)
+	}
+}
+
+func FuzzScrubCase(f *testing.F) {
+	f.Add("s3cr3t-Value/+=", "a ", " b", uint8(1))
+	f.Fuzz(func(t *testing.T, secret, before, after string, mode uint8) {
+		if len(secret) < 8 || !utf8.ValidString(secret) {
+			return
+		}
+		sc := NewScrubber()
+		sc.Add(New(secret))
+		var echo string
+		switch mode % 4 {
+		case 0:
+			echo = strings.ToUpper(secret)
+		case 1:
+			echo = strings.ToLower(secret)
+		case 2:
+			b, _ := json.Marshal(secret)
+			echo = string(b)
+		default:
+			echo = url.PathEscape(secret)
+		}
+		got := sc.Scrub(before + echo + after)
+		if strings.Contains(asciiLower(got), asciiLower(secret)) && !strings.Contains(asciiLower(before+after), asciiLower(secret)) {
+			t.Fatalf("Scrub(%q) = %q holds the secret", before+echo+after, got)
+		}
+	})
+}
+
+func BenchmarkScrub(b *testing.B) {
+	sc := NewScrubber()
+	sc.Set("c/token", New(canary))
+	sc.Set("c/other", New("another-secret-value-123"))
+	plain := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 40)
+	escaped := strings.Repeat(`{"msg":"a \u0041 b \/ c%20d"} `, 60)
+	for _, bc := range []struct{ name, text string }{{"plain", plain}, {"escaped", escaped}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(bc.text)))
+			for b.Loop() {
+				_ = sc.Scrub(bc.text)
+			}
+		})
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/store"
@@ -108,11 +109,15 @@ func (s *registryServer) GetTool(ctx context.Context, req *toolsvcv1.GetToolRequ
 	if err := v.Err("invalid request"); err != nil {
 		return nil, err
 	}
+	p, err := principalFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
 	t, err := s.reg.Get(ctx, req.GetName())
 	if err != nil {
 		return nil, err
 	}
-	pb, err := toolToProto(t)
+	pb, err := toolForReader(p, t)
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +127,10 @@ func (s *registryServer) GetTool(ctx context.Context, req *toolsvcv1.GetToolRequ
 // ListTools returns a page of tools ordered by name.
 func (s *registryServer) ListTools(ctx context.Context, req *toolsvcv1.ListToolsRequest) (*toolsvcv1.ListToolsResponse, error) {
 	if err := checkText(req, "invalid request"); err != nil {
+		return nil, err
+	}
+	p, err := principalFrom(ctx)
+	if err != nil {
 		return nil, err
 	}
 	size, err := pageSize(req.GetPageSize())
@@ -144,13 +153,30 @@ func (s *registryServer) ListTools(ctx context.Context, req *toolsvcv1.ListTools
 		resp.NextPageToken = encodePageToken(ts[size-1].Name, filters)
 	}
 	for _, t := range ts {
-		pb, err := toolToProto(t)
+		pb, err := toolForReader(p, t)
 		if err != nil {
 			return nil, err
 		}
 		resp.Tools = append(resp.Tools, pb)
 	}
 	return resp, nil
+}
+
+// toolForReader converts t for principal p: how its connector is reached
+// (command, environment, URLs, headers, auth and the keys of the secrets
+// they use) and its configuration reference only for those who read
+// connector internals (operators); others see the connector's type and
+// what its server offers.
+func toolForReader(p *auth.Principal, t *store.Tool) (*toolsvcv1.Tool, error) {
+	pb, err := toolToProto(t)
+	if err != nil || auth.ReadsConnectorInternals(p) {
+		return pb, err
+	}
+	pb.ConfigRef = ""
+	if c := pb.GetConnector(); c != nil {
+		pb.Connector = &toolsvcv1.Connector{Type: c.GetType(), Discovered: c.GetDiscovered()}
+	}
+	return pb, nil
 }
 
 // DeregisterTool removes a tool.

@@ -37,6 +37,15 @@ type Connectors interface {
 	// Discover asks an MCP connector's server which tools it offers now
 	// (tools/list, every page). Error text is scrubbed of secrets.
 	Discover(ctx context.Context, def *store.Tool) ([]connector.ServerTool, error)
+	// Probe is Discover for a definition that is not registered yet: when
+	// the server cannot be reached nothing of it is left running or
+	// retried. done(keep) must be called once the caller knows whether the
+	// definition was stored: kept, what the probe opened serves the
+	// connector; otherwise it is closed. done is never nil.
+	Probe(ctx context.Context, def *store.Tool) (tools []connector.ServerTool, done func(keep bool), err error)
+	// Problem says why the connector named id cannot serve calls now (it
+	// cannot be started or reached), or "".
+	Problem(id string) string
 	// Forget releases what is held for a connector that is no longer
 	// registered (an MCP session, a server's process). It must not block
 	// on the registry.

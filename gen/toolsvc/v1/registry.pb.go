@@ -265,7 +265,8 @@ type Tool struct {
 	SupportsPreview bool `protobuf:"varint,9,opt,name=supports_preview,json=supportsPreview,proto3" json:"supports_preview,omitempty"`
 	// Upper bound on one execution. Defaults to 30s; at most 1h.
 	Timeout *durationpb.Duration `protobuf:"bytes,10,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	// Reference to the connector's configuration (never a credential).
+	// Reference to the connector's configuration (never a credential). Shown
+	// to operators only; empty for other principals.
 	ConfigRef string `protobuf:"bytes,11,opt,name=config_ref,json=configRef,proto3" json:"config_ref,omitempty"`
 	// How long an approval for a call of this tool stays valid. Defaults to the
 	// server's approval TTL (1h).
@@ -286,7 +287,19 @@ type Tool struct {
 	// served as one tool named by the connector's id. Its actions,
 	// connector_id, provider_type and supports_preview are derived from it
 	// (actions given in a request are ignored). It never holds a secret value,
-	// only references to the secrets store.
+	// only references to the secrets store. Operators see all of it; other
+	// principals see only its type and what its server offers (discovered):
+	// how it is reached (command, environment, URLs, headers, auth) and the
+	// keys of its secrets are connector internals.
+	//
+	// Through RegisterTool, a stdio command must name a program the server's
+	// configuration allows (connectors.stdio.allowed_commands) or be the tools
+	// file's command for the connector (PERMISSION_DENIED
+	// COMMAND_NOT_ALLOWED otherwise), and a connector that references secrets
+	// must send them where the tools file or secrets.destinations say
+	// (PERMISSION_DENIED SECRET_DESTINATION_NOT_ALLOWED); a secret read from
+	// where another connector's is read is refused (FAILED_PRECONDITION
+	// SECRET_NAME_COLLISION).
 	Connector     *Connector `protobuf:"bytes,19,opt,name=connector,proto3" json:"connector,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

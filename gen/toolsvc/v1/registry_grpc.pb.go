@@ -37,9 +37,15 @@ type RegistryServiceClient interface {
 	// validated; on any violation nothing is written and the answer is
 	// INVALID_ARGUMENT with a BadRequest detail naming each bad field. Each change
 	// bumps the tool's version and writes a tool.registered or tool.updated audit
-	// event in the same transaction.
+	// event in the same transaction; tool.updated's detail says what changed
+	// ("changes": destination, command, secrets (keys), required_scopes,
+	// default_risk, action_risks, each from and to). A connector the server's
+	// trust rules refuse (see Tool.connector), or an MCP server that cannot be
+	// reached (UNAVAILABLE CONNECTOR_UNAVAILABLE), leaves nothing stored or
+	// running and writes a tool.refused audit event.
 	RegisterTool(ctx context.Context, in *RegisterToolRequest, opts ...grpc.CallOption) (*RegisterToolResponse, error)
-	// GetTool returns one tool by name.
+	// GetTool returns one tool by name. Connector internals are shown to
+	// operators only (see Tool.connector).
 	GetTool(ctx context.Context, in *GetToolRequest, opts ...grpc.CallOption) (*GetToolResponse, error)
 	// ListTools returns tools ordered by name, a page at a time. Each tool's
 	// actions, scopes, capabilities and policies come in the order they were
@@ -128,9 +134,15 @@ type RegistryServiceServer interface {
 	// validated; on any violation nothing is written and the answer is
 	// INVALID_ARGUMENT with a BadRequest detail naming each bad field. Each change
 	// bumps the tool's version and writes a tool.registered or tool.updated audit
-	// event in the same transaction.
+	// event in the same transaction; tool.updated's detail says what changed
+	// ("changes": destination, command, secrets (keys), required_scopes,
+	// default_risk, action_risks, each from and to). A connector the server's
+	// trust rules refuse (see Tool.connector), or an MCP server that cannot be
+	// reached (UNAVAILABLE CONNECTOR_UNAVAILABLE), leaves nothing stored or
+	// running and writes a tool.refused audit event.
 	RegisterTool(context.Context, *RegisterToolRequest) (*RegisterToolResponse, error)
-	// GetTool returns one tool by name.
+	// GetTool returns one tool by name. Connector internals are shown to
+	// operators only (see Tool.connector).
 	GetTool(context.Context, *GetToolRequest) (*GetToolResponse, error)
 	// ListTools returns tools ordered by name, a page at a time. Each tool's
 	// actions, scopes, capabilities and policies come in the order they were

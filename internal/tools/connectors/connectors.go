@@ -33,9 +33,13 @@ import (
 
 // MCPConfig is how to reach one MCP server: internal/tools/mcp's Config.
 type MCPConfig struct {
-	ID             string
-	Transport      string // "stdio" or "http"
-	Command        []string
+	ID        string
+	Transport string // "stdio" or "http"
+	Command   []string
+	// Path is the program a stdio server runs, resolved by the trust rules
+	// for a connector not declared in the tools file; empty: Command[0],
+	// looked up in PATH when the server starts.
+	Path           string
 	Env            map[string]secrets.Value
 	URL            string
 	Headers        map[string]secrets.Value
@@ -59,6 +63,10 @@ type MCPClient interface {
 	Call(ctx context.Context, serverTool string, args json.RawMessage) (*toolkit.Result, error)
 	// OnListChanged registers fn, called on notifications/tools/list_changed.
 	OnListChanged(fn func())
+	// Problem says why no session is open now, when the last attempt to
+	// open one failed (the server does not start, cannot be reached); ""
+	// when a session is open, is being opened or was never tried.
+	Problem() string
 	// Close ends the session (and a stdio server's process).
 	Close() error
 }
@@ -93,6 +101,15 @@ type Options struct {
 	Now func() time.Time
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// Trust decides what a connector not declared in the tools file may
+	// run and where its secrets may go; nil trusts nothing but the tools
+	// file (docs/connectors.md#threat-model).
+	Trust *connector.Trust
+	// OnProblem, if set, is told when a registered connector becomes
+	// unable to serve (a discovery that failed: problem says why) and when
+	// it can again (problem ""). It runs on the goroutine that found out
+	// and must not block on the Manager.
+	OnProblem func(id, problem string)
 }
 
 // ResyncFunc re-discovers the connector named id and stores what changed
@@ -116,6 +133,9 @@ type Manager struct {
 	sessions map[string]*session // by connector id
 	resync   ResyncFunc
 	syncs    map[string]*syncState // by connector id
+	// problems holds, by connector id, why the last discovery of a
+	// registered connector failed (cleared by one that succeeds).
+	problems map[string]string
 }
 
 // session is an MCP session for one configuration of a connector.
@@ -153,7 +173,7 @@ func New(o Options) *Manager {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{
 		o: o, log: o.Logger, ctx: ctx, cancel: cancel, retryBase: retryMin,
-		sessions: map[string]*session{}, syncs: map[string]*syncState{},
+		sessions: map[string]*session{}, syncs: map[string]*syncState{}, problems: map[string]string{},
 	}
 }
 
@@ -166,7 +186,8 @@ func (m *Manager) SetResync(fn ResyncFunc) {
 	m.resync = fn
 }
 
-// Bind implements tools.Connectors.
+// Bind implements tools.Connectors. A definition that did not come from
+// the tools file and breaks the trust rules is refused (its *fault.Error).
 func (m *Manager) Bind(def *store.Tool) (toolkit.Tool, error) {
 	if def == nil || def.Connector == nil {
 		return nil, errors.New("not a connector")
@@ -174,12 +195,18 @@ func (m *Manager) Bind(def *store.Tool) (toolkit.Tool, error) {
 	spec := connector.Normalize(def.Connector)
 	switch spec.Type {
 	case connector.TypeHTTP:
+		if def.Source != store.SourceFile {
+			// Held to the trust rules whatever the registry let through.
+			if err := m.o.Trust.CheckAPI(def.Name, spec); err != nil {
+				return nil, err
+			}
+		}
 		return httpconn.New(def, httpconn.Options{Secrets: m.o.Secrets, Transport: m.o.HTTPTransport, Now: m.o.Now})
 	case connector.TypeMCP:
 		if m.o.MCP == nil {
 			return nil, ErrNoMCP
 		}
-		return newMCPTool(m, def, spec), nil
+		return newMCPTool(m, def, spec)
 	}
 	return nil, fmt.Errorf("unknown connector type %q", spec.Type)
 }
@@ -196,10 +223,16 @@ func (m *Manager) Discover(ctx context.Context, def *store.Tool) ([]connector.Se
 	if spec.Type != connector.TypeMCP {
 		return nil, fmt.Errorf("a connector of type %q has nothing to discover", spec.Type)
 	}
-	cfg := mcpConfig(def, spec)
+	cfg, err := m.mcpConfig(def, spec)
+	if err != nil {
+		// Refused by the trust rules: nothing is started, nor retried.
+		m.problem(def.Name, err.Error())
+		return nil, err
+	}
 	s, err := m.session(cfg)
 	if err != nil {
 		if !errors.Is(err, ErrNoMCP) {
+			m.problem(def.Name, err.Error())
 			m.failed(def.Name) // a secret may be set, a program installed, meanwhile
 		}
 		return nil, err
@@ -208,26 +241,147 @@ func (m *Manager) Discover(ctx context.Context, def *store.Tool) ([]connector.Se
 	defer cancel()
 	list, err := s.client.Tools(ctx)
 	if err != nil {
+		err = tools.ScrubError(s.scrub, err)
+		// The session's own account of why it cannot open is stable from
+		// one attempt to the next (the error says when the next one is).
+		why := s.client.Problem()
+		if why == "" {
+			why = err.Error()
+		}
+		m.problem(def.Name, s.scrub.Scrub(why))
 		m.failed(def.Name)
-		return nil, tools.ScrubError(s.scrub, err)
+		return nil, err
 	}
 	m.succeeded(def.Name)
+	m.problem(def.Name, "")
 	for i := range list {
 		list[i].Description = s.scrub.Scrub(list[i].Description)
 	}
 	return list, nil
 }
 
-// mcpConfig is the session configuration of a definition.
-func mcpConfig(def *store.Tool, spec *connector.Spec) MCPConfig {
+// Probe implements tools.Connectors: Discover for a definition that is not
+// registered yet (RegisterTool), through a session of its own, so that a
+// refused registration leaves nothing behind: when the server cannot be
+// reached its session is closed at once (a stdio server's process with it)
+// and nothing is retried. done(keep) ends the probe once the caller knows
+// whether the definition was stored: kept, the session becomes the
+// connector's (replacing one opened for another definition); otherwise it
+// is closed. done is never nil.
+func (m *Manager) Probe(ctx context.Context, def *store.Tool) ([]connector.ServerTool, func(keep bool), error) {
+	nothing := func(bool) {}
+	if def == nil || def.Connector == nil {
+		return nil, nothing, errors.New("not a connector")
+	}
+	spec := connector.Normalize(def.Connector)
+	if spec.Type != connector.TypeMCP {
+		return nil, nothing, fmt.Errorf("a connector of type %q has nothing to discover", spec.Type)
+	}
+	cfg, err := m.mcpConfig(def, spec)
+	if err != nil {
+		return nil, nothing, err
+	}
+	key := cfg.key()
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, nothing, errors.New("the server is shutting down")
+	}
+	cur := m.sessions[cfg.ID]
+	m.mu.Unlock()
+	s := cur
+	if cur == nil || cur.key != key {
+		if s, err = m.open(cfg, key); err != nil {
+			return nil, nothing, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout+discoverTimeout)
+	defer cancel()
+	list, err := s.client.Tools(ctx)
+	if err != nil {
+		if why := s.client.Problem(); why != "" && s != cur {
+			// Why no session opened, without the next attempt the
+			// session would make: the probe makes none.
+			err = errors.New(why)
+		}
+		err = tools.ScrubError(s.scrub, err)
+		if s != cur {
+			m.closeSession(s)
+		}
+		return nil, nothing, err
+	}
+	for i := range list {
+		list[i].Description = s.scrub.Scrub(list[i].Description)
+	}
+	if s == cur {
+		// The registered connector's own session: it stays either way.
+		return list, nothing, nil
+	}
+	var once sync.Once
+	return list, func(keep bool) {
+		once.Do(func() {
+			if !keep || !m.install(cfg.ID, s) {
+				m.closeSession(s)
+			}
+		})
+	}, nil
+}
+
+// Problem says why the connector named id cannot serve calls now, or "":
+// its session cannot be opened (the last attempt failed), or it has none
+// and its last discovery failed (until a discovery succeeds or a session
+// opens).
+func (m *Manager) Problem(id string) string {
+	m.mu.Lock()
+	s := m.sessions[id]
+	why := m.problems[id]
+	m.mu.Unlock()
+	if s != nil {
+		return s.scrub.Scrub(s.client.Problem())
+	}
+	return why
+}
+
+// problem records (why "": clears) the problem of connector id, telling
+// OnProblem when it changes.
+func (m *Manager) problem(id, why string) {
+	m.mu.Lock()
+	old := m.problems[id]
+	if why == "" {
+		delete(m.problems, id)
+	} else {
+		m.problems[id] = why
+	}
+	m.mu.Unlock()
+	if old != why && m.o.OnProblem != nil {
+		m.o.OnProblem(id, why)
+	}
+}
+
+// mcpConfig is the session configuration of a definition. A definition
+// that does not come from the tools file is held to the trust rules again
+// here, whatever the registry let through (a definition stored before the
+// rules, or by a replica configured otherwise, runs nothing they refuse),
+// and its program is the allowed path its command resolves to now.
+func (m *Manager) mcpConfig(def *store.Tool, spec *connector.Spec) (MCPConfig, error) {
 	ct := spec.ConnectTimeout
 	if ct <= 0 {
 		ct = connector.DefaultConnectTimeout
 	}
-	return MCPConfig{
+	cfg := MCPConfig{
 		ID: def.Name, Transport: spec.Transport, Command: spec.Command, Env: spec.Env,
 		URL: spec.URL, Headers: spec.Headers, CallTimeout: def.Timeout, ConnectTimeout: ct,
 	}
+	if def.Source == store.SourceFile {
+		return cfg, nil
+	}
+	if err := m.o.Trust.CheckAPI(def.Name, spec); err != nil {
+		return cfg, err
+	}
+	if spec.Transport == connector.TransportStdio && !m.o.Trust.Anchored(def.Name, spec) {
+		cfg.Path, _ = m.o.Trust.Program(spec.Command)
+	}
+	return cfg, nil
 }
 
 // key identifies a configuration: a session opened for another one is
@@ -251,6 +405,25 @@ func (m *Manager) session(cfg MCPConfig) (*session, error) {
 		return s, nil
 	}
 	m.mu.Unlock()
+	s, err := m.open(cfg, key)
+	if err != nil {
+		return nil, err
+	}
+	if !m.install(cfg.ID, s) {
+		// Closed meanwhile, or another caller opened the same session first.
+		m.closeSession(s)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if cur := m.sessions[cfg.ID]; !m.closed && cur != nil && cur.key == key {
+			return cur, nil
+		}
+		return nil, errors.New("the server is shutting down")
+	}
+	return s, nil
+}
+
+// open opens a session for cfg that is not (yet) the connector's.
+func (m *Manager) open(cfg MCPConfig, key string) (*session, error) {
 	if m.o.MCP == nil {
 		return nil, ErrNoMCP
 	}
@@ -260,26 +433,26 @@ func (m *Manager) session(cfg MCPConfig) (*session, error) {
 	if err != nil {
 		return nil, toolkit.Retryable(sc.Error(fmt.Errorf("open the MCP session: %w", err)))
 	}
-	s := &session{key: key, client: client, scrub: sc}
+	return &session{key: key, client: client, scrub: sc}, nil
+}
+
+// install makes s the session of connector id, closing the one it
+// replaces. It returns false, installing nothing, when the Manager is
+// closed or already holds a session for the same configuration.
+func (m *Manager) install(id string, s *session) bool {
 	m.mu.Lock()
-	if cur := m.sessions[cfg.ID]; m.closed || (cur != nil && cur.key == key) {
-		// Closed meanwhile, or another caller opened the same session first.
-		closed := m.closed
+	old := m.sessions[id]
+	if m.closed || (old != nil && old.key == s.key) {
 		m.mu.Unlock()
-		m.closeSession(s)
-		if closed {
-			return nil, errors.New("the server is shutting down")
-		}
-		return cur, nil
+		return false
 	}
-	old := m.sessions[cfg.ID]
-	m.sessions[cfg.ID] = s
+	m.sessions[id] = s
 	m.mu.Unlock()
-	client.OnListChanged(func() { m.listChanged(cfg.ID, key) })
+	s.client.OnListChanged(func() { m.listChanged(id, s.key) })
 	if old != nil {
 		m.closeSession(old)
 	}
-	return s, nil
+	return true
 }
 
 func (m *Manager) closeSession(s *session) {

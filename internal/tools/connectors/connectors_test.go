@@ -121,6 +121,8 @@ func (f *fakeSession) changed() {
 	fn()
 }
 
+func (f *fakeSession) Problem() string { return "" }
+
 func (f *fakeSession) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -164,10 +166,11 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	srv := &fakeServer{tools: serverTools()}
-	m := New(Options{Secrets: secretsStore(), MCP: srv.dial})
+	trust := testTrust(t)
+	m := New(Options{Secrets: secretsStore(), MCP: srv.dial, Trust: trust})
 	m.retryBase = 20 * time.Millisecond
 	st := memory.New()
-	reg, err := registry.New(registry.Options{Store: st, Connectors: m})
+	reg, err := registry.New(registry.Options{Store: st, Connectors: m, Trust: trust})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,6 +188,26 @@ func newRig(t *testing.T) *rig {
 		st.Close()
 	})
 	return &rig{srv: srv, m: m, reg: reg, st: st}
+}
+
+// testTrust lets the API run files-server (found at /usr/bin/files-server)
+// with its secrets.
+func testTrust(t *testing.T) *connector.Trust {
+	t.Helper()
+	tr, err := connector.NewTrust(connector.TrustConfig{
+		AllowedCommands: []string{"files-server"},
+		Destinations:    []connector.Destination{{Connector: "files", Commands: []string{"files-server"}}},
+		LookPath: func(name string) (string, error) {
+			if name == "files-server" {
+				return "/usr/bin/files-server", nil
+			}
+			return "", errors.New("not found")
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
 }
 
 func filesTool() *store.Tool {
@@ -420,7 +443,7 @@ func TestBindWithoutMCPAndHTTP(t *testing.T) {
 		t.Fatalf("http binds to %T", impl)
 	}
 	srv := &fakeServer{dialErr: errors.New("exec: server.js: not found")}
-	m2 := New(Options{MCP: srv.dial})
+	m2 := New(Options{MCP: srv.dial, Trust: testTrust(t)})
 	defer m2.Close()
 	impl, err = m2.Bind(filesTool())
 	if err != nil {
@@ -449,4 +472,123 @@ func TestFailedDialIsRetried(t *testing.T) {
 		got, _ := r.reg.Get(ctx, "files")
 		return len(got.Actions) == len(serverTools())
 	})
+}
+
+// TestProbeLeavesNothingBehind: a probe of a server that does not answer
+// closes what it opened and schedules nothing; one that answers is closed
+// unless the definition was stored, and then replaces the connector's
+// session.
+func TestProbeLeavesNothingBehind(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.srv.set(nil, fmt.Errorf("no MCP here, token %s", canary))
+	_, done, err := r.m.Probe(ctx, filesTool())
+	done(true) // a no-op after a failure
+	if err == nil || leaks(err.Error()) {
+		t.Fatalf("a probe of a failing server: %v", err)
+	}
+	if s := r.srv.current(); !s.isClosed() {
+		t.Fatal("the failed probe's session is open")
+	}
+	r.m.mu.Lock()
+	sessions, timers := len(r.m.sessions), 0
+	for _, st := range r.m.syncs {
+		if st.timer != nil {
+			timers++
+		}
+	}
+	r.m.mu.Unlock()
+	if sessions != 0 || timers != 0 {
+		t.Fatalf("after a failed probe: %d sessions, %d retries scheduled", sessions, timers)
+	}
+
+	r.srv.set(serverTools(), nil)
+	list, done, err := r.m.Probe(ctx, filesTool())
+	if err != nil || len(list) != len(serverTools()) {
+		t.Fatalf("probe: %d tools, %v", len(list), err)
+	}
+	probed := r.srv.current()
+	done(false)
+	if !probed.isClosed() {
+		t.Fatal("a probe whose definition was not stored kept its session")
+	}
+	stored := r.register(t) // probes, and keeps the session
+	kept := r.srv.current()
+	if kept.isClosed() || stored.Version != 1 {
+		t.Fatal("the stored definition's probe session was closed")
+	}
+	// Its calls use that session: no other is opened.
+	e, _ := r.reg.Lookup("files")
+	if _, err := e.Impl.Execute(ctx, &toolkit.Call{Tool: "files", Action: "read_file", Arguments: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if r.srv.current() != kept {
+		t.Fatal("a call opened another session")
+	}
+}
+
+// problemSession is a session that cannot be opened.
+type problemSession struct{ fakeSession }
+
+func (*problemSession) Problem() string {
+	return "cannot start the server: exec: no such file or directory"
+}
+
+// TestProblemTellsWhyAConnectorCannotServe: a discovery that fails is the
+// connector's problem (told to OnProblem once) until one succeeds; a
+// session that cannot be opened says why itself.
+func TestProblemTellsWhyAConnectorCannotServe(t *testing.T) {
+	var mu sync.Mutex
+	var told []string
+	srv := &fakeServer{toolsErr: errors.New("listing failed")}
+	m := New(Options{Secrets: secretsStore(), Trust: testTrust(t), MCP: srv.dial, OnProblem: func(id, why string) {
+		mu.Lock()
+		defer mu.Unlock()
+		told = append(told, id+": "+why)
+	}})
+	defer m.Close()
+	ctx := context.Background()
+	def := filesTool()
+	def.Source = store.SourceFile
+	for range 2 {
+		if _, err := m.Discover(ctx, def); err == nil {
+			t.Fatal("discovery of a failing server succeeded")
+		}
+	}
+	if p := m.Problem("files"); p != "" {
+		// The fake session is open: it has no problem of its own.
+		t.Fatalf("Problem = %q while the session is open", p)
+	}
+	srv.set(serverTools(), nil)
+	if _, err := m.Discover(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := strings.Join(told, "\n")
+	mu.Unlock()
+	if got != "files: listing failed\nfiles: " {
+		t.Fatalf("OnProblem was told:\n%s", got)
+	}
+
+	// A client that says why it has no session.
+	dial := func(cfg MCPConfig, st secrets.Store, log *slog.Logger) (MCPClient, error) {
+		return &problemSession{fakeSession{srv: srv, cfg: cfg}}, nil
+	}
+	m2 := New(Options{Trust: testTrust(t), MCP: dial})
+	defer m2.Close()
+	if _, err := m2.Discover(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+	if p := m2.Problem("files"); !strings.Contains(p, "no such file or directory") {
+		t.Fatalf("Problem = %q", p)
+	}
+	// A definition the trust rules refuse is never opened.
+	api := filesTool()
+	api.Connector.Command = []string{"/bin/sh", "-c", "id"}
+	if _, err := m.Discover(ctx, api); err == nil || !strings.Contains(err.Error(), "may not run") {
+		t.Fatalf("an untrusted definition: %v", err)
+	}
+	if _, err := m.Bind(api); err == nil {
+		t.Fatal("an untrusted definition was bound")
+	}
 }

@@ -28,9 +28,13 @@ var (
 	_ toolkit.Previewer = (*mcpTool)(nil)
 )
 
-func newMCPTool(m *Manager, def *store.Tool, spec *connector.Spec) *mcpTool {
+func newMCPTool(m *Manager, def *store.Tool, spec *connector.Spec) (*mcpTool, error) {
+	cfg, err := m.mcpConfig(def, spec)
+	if err != nil {
+		return nil, err
+	}
 	t := &mcpTool{
-		m: m, name: def.Name, cfg: mcpConfig(def, spec),
+		m: m, name: def.Name, cfg: cfg,
 		servers: map[string]string{}, preview: map[string]string{},
 		defn: toolkit.Definition{Name: def.Name, Description: def.Description},
 	}
@@ -45,7 +49,7 @@ func newMCPTool(m *Manager, def *store.Tool, spec *connector.Spec) *mcpTool {
 			t.preview[o.Name] = o.PreviewAction
 		}
 	}
-	return t
+	return t, nil
 }
 
 // Definition implements toolkit.Tool; the registry reads a connector's

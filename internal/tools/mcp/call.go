@@ -210,7 +210,7 @@ func contentText(content []sdk.Content) (string, []string) {
 
 // scrubValue cleans every string of a result value of the session's secrets.
 func (c *Connector) scrubValue(s *session, v any) any {
-	if s != nil && s.scrub != nil && s.scrub.r != nil {
+	if s != nil && s.scrub != nil && s.scrub.sc != nil {
 		v = scrubWith(s.scrub, v)
 	}
 	return c.ss.value(v)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -47,6 +48,10 @@ type Config struct {
 
 	// Command is the server's argv for stdio (no shell is involved).
 	Command []string
+	// Path, if set, is the program to run (an absolute path), Command[0]
+	// being only the name it is given as argv[0]; empty, Command[0] is
+	// looked up in PATH when the server starts.
+	Path string
 	// Env is added to the server's environment; values may be secrets,
 	// fetched each time the process is started. The process does not
 	// inherit toolsvc's environment (which may hold other connectors'
@@ -125,6 +130,9 @@ func (cfg Config) validate() error {
 				add("command[%d] contains NUL", i)
 			}
 		}
+		if cfg.Path != "" && (!filepath.IsAbs(cfg.Path) || strings.IndexByte(cfg.Path, 0) >= 0) {
+			add("path must be an absolute path")
+		}
 		for k, v := range cfg.Env {
 			if k == "" || strings.ContainsAny(k, "=\x00") {
 				add("env name %s is not a valid variable name", safetext.Quote(k))
@@ -147,7 +155,7 @@ func (cfg Config) validate() error {
 			}
 			checkValue(add, "header "+safetext.Quote(k), v)
 		}
-		if len(cfg.Command) > 0 || len(cfg.Env) > 0 || cfg.Dir != "" {
+		if len(cfg.Command) > 0 || len(cfg.Env) > 0 || cfg.Dir != "" || cfg.Path != "" {
 			add("command, env and dir are for transport stdio, not http")
 		}
 	default:

@@ -286,6 +286,19 @@ func (c *Connector) Status() Status {
 	return st
 }
 
+// Problem says why no session is open, when the last attempt to open one
+// failed (the server does not start, cannot be reached): the reason of that
+// failure. It is "" while a session is open, and before the first attempt
+// has failed.
+func (c *Connector) Problem() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.sess != nil || c.failures == 0 {
+		return ""
+	}
+	return c.lastErr
+}
+
 // Close closes the session (stopping a stdio server) and waits for the
 // connector's goroutines. Calls in flight end: those whose request was sent
 // report an unknown outcome. Close is idempotent.
@@ -608,7 +621,12 @@ func (c *Connector) openStdio(ctx context.Context) (*session, error) {
 
 	// Not exec.CommandContext: the process lives as long as the session,
 	// not as long as the dial.
-	s.cmd = exec.Command(c.cfg.Command[0], c.cfg.Command[1:]...)
+	program := c.cfg.Command[0]
+	if c.cfg.Path != "" {
+		program = c.cfg.Path
+	}
+	s.cmd = exec.Command(program, c.cfg.Command[1:]...)
+	s.cmd.Args[0] = c.cfg.Command[0]
 	s.cmd.Env = processEnv(env)
 	s.cmd.Dir = c.cfg.Dir
 	s.cmd.Stderr = s.stderr

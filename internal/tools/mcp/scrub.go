@@ -2,12 +2,7 @@ package mcp
 
 import (
 	"context"
-	"encoding/base64"
 	"log/slog"
-	"maps"
-	"net/url"
-	"slices"
-	"strings"
 	"sync"
 
 	"github.com/toolsvc/toolsvc/internal/safetext"
@@ -25,55 +20,35 @@ const (
 	maxDescription = 2048
 )
 
-// scrubber replaces the secret values of one connection, and their usual
-// encodings, with secrets.Redacted. It lives as long as the connection.
+// scrubber replaces the secret values of one connection, in every form
+// secrets.Scrubber finds them (any letter case, escaped, encoded), with
+// secrets.Redacted. It lives as long as the connection.
 type scrubber struct {
-	r *strings.Replacer // nil when there is nothing to replace
+	sc *secrets.Scrubber // nil when there is nothing to replace
 }
 
 // newScrubber scrubs the given values (empty ones are ignored).
 func newScrubber(values []string) *scrubber {
-	seen := map[string]bool{}
+	var vs []secrets.Secret
 	for _, v := range values {
-		if v == "" {
-			continue
-		}
-		for _, form := range []string{
-			v,
-			base64.StdEncoding.EncodeToString([]byte(v)),
-			base64.RawStdEncoding.EncodeToString([]byte(v)),
-			base64.URLEncoding.EncodeToString([]byte(v)),
-			base64.RawURLEncoding.EncodeToString([]byte(v)),
-			url.QueryEscape(v),
-			url.PathEscape(v),
-		} {
-			seen[form] = true
+		if v != "" {
+			vs = append(vs, secrets.New(v))
 		}
 	}
-	if len(seen) == 0 {
+	if len(vs) == 0 {
 		return &scrubber{}
 	}
-	// Longest first: a value that contains another is replaced whole.
-	forms := slices.Collect(maps.Keys(seen))
-	slices.SortFunc(forms, func(a, b string) int {
-		if len(a) != len(b) {
-			return len(b) - len(a)
-		}
-		return strings.Compare(a, b)
-	})
-	pairs := make([]string, 0, 2*len(forms))
-	for _, f := range forms {
-		pairs = append(pairs, f, secrets.Redacted)
-	}
-	return &scrubber{r: strings.NewReplacer(pairs...)}
+	sc := secrets.NewScrubber()
+	sc.Add(vs...)
+	return &scrubber{sc: sc}
 }
 
 // scrub returns s without the connection's secret values.
 func (s *scrubber) scrub(text string) string {
-	if s == nil || s.r == nil {
+	if s == nil || s.sc == nil {
 		return text
 	}
-	return s.r.Replace(text)
+	return s.sc.Scrub(text)
 }
 
 // scrubbers is the set of scrubbers of the connections that are open or
