@@ -166,7 +166,7 @@ func TestBadToolsFileRefusesToStart(t *testing.T) {
 func TestSchemaBehindRefusesToStart(t *testing.T) {
 	ctx := testCtx(t)
 	cfg := apptest.Config(t, apptest.Memory)
-	cfg.DatabaseURL = pgtest.NewEmptyDatabase(t)
+	cfg.Store, cfg.DatabaseURL = "", pgtest.NewEmptyDatabase(t)
 	_, err := app.New(ctx, cfg, app.Options{})
 	if !errors.Is(err, postgres.ErrSchemaBehind) || !strings.Contains(err.Error(), "toolsvc migrate up") {
 		t.Fatalf("want ErrSchemaBehind saying what to run, got %v", err)

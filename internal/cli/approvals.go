@@ -72,22 +72,38 @@ another principal with --principal.`,
 			// The ID is what the next command needs: it is never cut.
 			// Creation time and resolver are in `approvals get` and -o json.
 			tw := newTable(c.stdout, "ID!", "STATE", "RISK", "EXPIRES!", "REQUESTER", "TOOL")
+			var cut []string
 			for _, a := range aps {
 				tw.row(a.GetApprovalId(), enumName(a.GetState()), orDash(enumName(a.GetRisk())), shortDay(a.GetExpireTime()),
 					a.GetRequester(), a.GetTool()+"."+a.GetAction())
+				if a.GetArgumentsTruncated() {
+					cut = append(cut, a.GetApprovalId())
+				}
 			}
-			return tw.flush()
+			if err := tw.flush(); err != nil {
+				return err
+			}
+			// The table shows no arguments, but -o json does: say which
+			// are cut, and how to see them whole.
+			if len(cut) > 0 {
+				fmt.Fprintln(c.stdout, strings.Join(wrap(fmt.Sprintf("Arguments over 16 KiB are cut in listings (%d here); "+
+					"`toolsvc approvals get ID --full` shows them whole.", len(cut)), termWidth), "\n"))
+			}
+			return nil
 		})
 	}
 
+	var full bool
 	get := &cobra.Command{
 		Use:   "get APPROVAL_ID",
 		Short: "Show one approval, with the call's arguments",
-		Args:  exactArgs("APPROVAL_ID"),
+		Long: `Show one approval, with the call's arguments. Arguments larger than 16 KiB
+are shown cut (and say so) unless --full asks for them whole.`,
+		Args: exactArgs("APPROVAL_ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cf.withClient(cmd, lookupEnv, func(c *client) error {
 				resp, err := unary(c, func(ctx context.Context) (*toolsvcv1.GetApprovalResponse, error) {
-					return approvals(c).GetApproval(ctx, &toolsvcv1.GetApprovalRequest{ApprovalId: args[0]})
+					return approvals(c).GetApproval(ctx, &toolsvcv1.GetApprovalRequest{ApprovalId: args[0], FullArguments: full})
 				})
 				if err != nil {
 					return err
@@ -99,6 +115,8 @@ another principal with --principal.`,
 			})
 		},
 	}
+
+	get.Flags().BoolVar(&full, "full", false, "show the call's arguments whole, however large")
 
 	resolve := func(use, short string, decision toolsvcv1.ApprovalDecision, commentRequired bool) *cobra.Command {
 		var comment string
@@ -234,6 +252,9 @@ func printApproval(w io.Writer, a *toolsvcv1.Approval) error {
 	f.add("Task", a.GetTaskId())
 	f.add("Trace", a.GetTraceId())
 	f.add("Arguments", structJSON(a.GetArguments()))
+	if a.GetArgumentsTruncated() {
+		f.add("Cut", fmt.Sprintf("the arguments above are cut: they are %s in all; --full shows them whole", byteSize(a.GetArgumentsBytes())))
+	}
 	f.add("Created", when(a.GetCreateTime()))
 	if a.GetState() == toolsvcv1.ApprovalState_APPROVAL_STATE_PENDING {
 		f.add("Expires", whenRel(a.GetExpireTime()))
@@ -244,4 +265,16 @@ func printApproval(w io.Writer, a *toolsvcv1.Approval) error {
 	f.add("Comment", a.GetComment())
 	f.add("Resolved", when(a.GetResolveTime()))
 	return f.flush()
+}
+
+// byteSize says n bytes for people: 512 bytes, 18.0 KiB, 4.0 MiB.
+func byteSize(n int64) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d bytes", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	default:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
 }

@@ -222,3 +222,36 @@ func TestMigrateUpAndStatus(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, stderr2.String())
 	}
 }
+
+// TestServeAuthenticationWithoutDatabase: with authentication on and no
+// database, toolsvc refuses to start, saying how to go on; asked for by
+// name, the memory store serves, without the demo tools unless they are
+// asked for too.
+func TestServeAuthenticationWithoutDatabase(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "auth.yaml")
+	conf := "auth: {enabled: true}\nprincipals: [{id: agent-1, roles: [agent], token_sha256: \"" +
+		strings.Repeat("0", 63) + "1\"}]\n"
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCmd(t, nil, "serve", "--listen", "127.0.0.1:0", "--config", file)
+	if code != exitUsage || !strings.Contains(stderr, "database_url: authentication is on but no database is configured") ||
+		!strings.Contains(stderr, "store: memory") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+
+	_, stderr2, stop := serveInBackground(t, nil, "--config", file, "--store", "memory")
+	for _, want := range []string{`"store":"memory"`, `"tools":0`, `"demo_tools":false`} {
+		if !strings.Contains(stderr2.String(), want) {
+			t.Errorf("start log lacks %s:\n%s", want, stderr2.String())
+		}
+	}
+	if code := stop(); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr2.String())
+	}
+	_, stderr3, stop := serveInBackground(t, map[string]string{"TOOLSVC_STORE": "memory", "TOOLSVC_DEMO_TOOLS": "true"}, "--config", file)
+	if !strings.Contains(stderr3.String(), `"tools":5`) {
+		t.Errorf("demo tools asked for, start log:\n%s", stderr3.String())
+	}
+	stop()
+}

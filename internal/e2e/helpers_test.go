@@ -292,6 +292,14 @@ func testTools() []testTool {
 	spare := mk("spare", toolkit.RiskLow)
 	spare.def.AuditPayloads = false
 	out = append(out, spare, versioned)
+	// "bulk" takes arguments of any size (content), HIGH risk; "bulk-pv"
+	// can preview.
+	bulkSchema := toolkit.JSON(`{"type": "object", "properties": {"content": {"type": "string"}, "note": {"type": "string"}}}`)
+	bulk, bulkPV := mk("bulk", toolkit.RiskHigh), mk("bulk-pv", toolkit.RiskHigh)
+	bulk.def.AuditPayloads, bulkPV.def.AuditPayloads = false, false
+	bulk.def.Actions = []toolkit.Action{{Name: "act", Description: "Act once.", InputSchema: bulkSchema}}
+	bulkPV.def.Actions = bulk.def.Actions
+	out = append(out, bulk, previewTool{bulkPV})
 	slow := mk("slowcheck", toolkit.RiskLow)
 	slow.def.Actions = []toolkit.Action{
 		{Name: "read", Description: "Read.", ResourceArgument: "path",

@@ -71,6 +71,13 @@ type Options struct {
 	// NestedMaxDepth bounds how deeply calls nest (a call's steps are at
 	// depth 1). Default DefaultNestedMaxDepth.
 	NestedMaxDepth int
+	// MaxParkedArgumentBytes bounds the arguments of a call that waits for
+	// an approval or a preview (a larger one is refused
+	// ARGUMENTS_TOO_LARGE); 0: no bound.
+	MaxParkedArgumentBytes int
+	// ParkLimits bound what each principal may have parked at once
+	// (TOO_MANY_PARKED_CALLS past them); zero fields: no bound.
+	ParkLimits store.ParkLimits
 }
 
 // Executor runs tool calls.
@@ -373,7 +380,13 @@ func (e *Executor) judge(ctx context.Context, c *call, fresh bool) verdict {
 	// tool. They are checked after the idempotency lookup, not before: a
 	// replay or a parked call's answer never touches the tool, so an
 	// unavailable or rate-limited tool is no reason to withhold it.
-	if err := e.health.Check(c.req.Tool); err != nil {
+	err := e.health.Check(c.req.Tool)
+	if err == nil {
+		// The caller's own calls of the tool may be failing while it
+		// serves others (docs/pipeline.md#tool-health).
+		err = e.health.CheckCaller(c.req.Tool, c.principal.ID)
+	}
+	if err != nil {
 		return e.refusal(c, err)
 	}
 	if c.req.PreviewToken != "" && c.preview == nil && c.childToken == "" {

@@ -470,7 +470,7 @@ func (e *Executor) decide(base context.Context, c *call, rec *store.Call, adm he
 				health.Observation{Kind: health.BusinessFailure}
 		}
 	}
-	obs.Probe = adm.Probe
+	obs.Probe, obs.Principal = adm.Probe, c.principal.ID
 	detail["message"] = result.Message
 	if c.tool.AuditPayloads && len(result.Value) > 0 {
 		detail["value"] = result.Value

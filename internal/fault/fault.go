@@ -73,10 +73,13 @@ const (
 	ReasonNestedCallCycle             = "NESTED_CALL_CYCLE"
 )
 
-// Reasons of the per-principal limits (see package quota).
+// Reasons of the per-principal limits (see package quota), and of the
+// bounds on what a principal may park behind approvals and previews.
 const (
 	ReasonPrincipalRateLimited = "PRINCIPAL_RATE_LIMITED"
 	ReasonTooManyExecutions    = "TOO_MANY_EXECUTIONS"
+	ReasonArgumentsTooLarge    = "ARGUMENTS_TOO_LARGE"
+	ReasonTooManyParkedCalls   = "TOO_MANY_PARKED_CALLS"
 )
 
 // FieldViolation names one bad field of a request.

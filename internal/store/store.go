@@ -28,6 +28,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -43,7 +44,66 @@ var (
 	// ErrInvalid: the caller passed something the store cannot hold (a bad
 	// page cursor, a missing required field).
 	ErrInvalid = errors.New("invalid request to store")
+	// ErrParkLimit: parking the call would take its principal past its
+	// ParkLimits (the error is a *ParkLimitError saying which).
+	ErrParkLimit = errors.New("park limit reached")
 )
+
+// ParkLimits bound what one principal may have parked at once: calls
+// AWAITING_APPROVAL or AWAITING_PREVIEW, and the bytes they hold
+// (ParkedBytes). A zero field is no bound.
+type ParkLimits struct {
+	MaxCalls int
+	MaxBytes int64
+}
+
+// ParkedBytes is what a parked call holds, as ParkLimits count it: its
+// approval's arguments, or its preview's message and value.
+func ParkedBytes(a *Approval, p *Preview) int64 {
+	var n int64
+	if a != nil {
+		n += int64(len(a.Arguments))
+	}
+	if p != nil {
+		n += int64(len(p.Message) + len(p.Value))
+	}
+	return n
+}
+
+// ParkLimitError is ClaimCall's refusal to park a call past its principal's
+// ParkLimits. It matches ErrParkLimit.
+type ParkLimitError struct {
+	Principal string
+	Limits    ParkLimits
+	// Calls and Bytes are what the principal has parked without this call;
+	// Adding is the bytes this call would hold.
+	Calls  int
+	Bytes  int64
+	Adding int64
+}
+
+func (e *ParkLimitError) Error() string {
+	return fmt.Sprintf("principal %q has %d calls parked holding %d bytes; one more of %d bytes would pass its limits (%d calls, %d bytes)",
+		e.Principal, e.Calls, e.Bytes, e.Adding, e.Limits.MaxCalls, e.Limits.MaxBytes)
+}
+
+// Is makes a ParkLimitError match ErrParkLimit.
+func (e *ParkLimitError) Is(target error) bool { return target == ErrParkLimit }
+
+// CallsExceeded reports whether it is the number of calls that is at its
+// limit (else the bytes are).
+func (e *ParkLimitError) CallsExceeded() bool {
+	return e.Limits.MaxCalls > 0 && e.Calls+1 > e.Limits.MaxCalls
+}
+
+// Check returns a *ParkLimitError if one more call of adding bytes would
+// take usage of calls and bytes past l, or nil.
+func (l ParkLimits) Check(principal string, calls int, bytes, adding int64) error {
+	if (l.MaxCalls > 0 && calls+1 > l.MaxCalls) || (l.MaxBytes > 0 && bytes+adding > l.MaxBytes) {
+		return &ParkLimitError{Principal: principal, Limits: l, Calls: calls, Bytes: bytes, Adding: adding}
+	}
+	return nil
+}
 
 // Store is the whole storage interface.
 type Store interface {
@@ -203,7 +263,9 @@ type CallStore interface {
 	// transaction, and it returns (claimed call, true). Otherwise nothing is
 	// written and it returns (the record holding the key, false): any state
 	// but RELEASED, or RELEASED with another fingerprint. Across any number of
-	// concurrent callers and replicas, one key is claimed at most once.
+	// concurrent callers and replicas, one key is claimed at most once. A
+	// parked claim whose key is free but that would pass p.Limits writes
+	// nothing and returns a *ParkLimitError (ErrParkLimit).
 	ClaimCall(ctx context.Context, p ClaimCallParams) (*Call, bool, error)
 	// StartParkedCall moves a parked call to IN_PROGRESS, consuming what it
 	// was parked behind, in one atomic step:
@@ -322,6 +384,12 @@ type ClaimCallParams struct {
 	// clock (Call.LeaseExpiresAt is ignored).
 	Lease  time.Duration
 	Events []AuditEvent
+	// Limits bound, for a parked claim, what Call.PrincipalID may have
+	// parked once it is claimed (this call included); past them nothing is
+	// written and ClaimCall returns a *ParkLimitError. Judged atomically
+	// with the claim: concurrent claims of one principal never pass them
+	// together.
+	Limits ParkLimits
 }
 
 // StartParkedCallParams are StartParkedCall's inputs.
@@ -474,6 +542,18 @@ type ListApprovalsParams struct {
 	Tool   string
 	// Requester, if set, selects the approvals of one principal's calls.
 	Requester string
+	// MaxBytes, when positive, ends the list early: after the first
+	// approval that brings the approvals' total ApprovalSize over it (so
+	// the list holds at least one). A negative value is ErrInvalid.
+	MaxBytes int
+}
+
+// ApprovalSize is an approval's size as MaxBytes counts it: the bytes of
+// its text fields and arguments.
+func ApprovalSize(a *Approval) int {
+	return len(a.ID) + len(a.CallID) + len(a.Requester) + len(a.Tool) + len(a.Action) + len(a.Arguments) +
+		len(a.Fingerprint) + len(a.IdempotencyKey) + len(a.TraceID) + len(a.TaskID) + len(a.StepID) +
+		len(a.Resolver) + len(a.Comment) + len(a.ToolIncarnation)
 }
 
 // ResolveApprovalParams are ResolveApproval's inputs.

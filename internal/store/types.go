@@ -111,6 +111,12 @@ type ToolHealth struct {
 	// Trips counts consecutive openings of the circuit; the cool-down doubles
 	// with each.
 	Trips int
+	// ErrorPrincipals are the principals whose calls make up the current
+	// run of ConsecutiveErrors, each once, in the order they first failed
+	// ("" for a failure seen without a caller); nil when there is none.
+	// The health machine keeps a few: enough to tell one principal's
+	// failures from several principals'.
+	ErrorPrincipals []string
 	// ProbeUntil: a probe call holds the half-open circuit until then.
 	ProbeUntil time.Time
 	// Drained: an operator forced the tool UNAVAILABLE.

@@ -139,11 +139,22 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 		if err := st.checkEvents(events); err != nil {
 			return err
 		}
+		parkBytes := store.ParkedBytes(approval, preview)
+		if call.State.Parked() {
+			u := st.parked[call.PrincipalID]
+			if err := p.Limits.Check(call.PrincipalID, u.calls, u.bytes, parkBytes); err != nil {
+				return err
+			}
+		}
 
+		rec := heldRec
 		if heldRec != nil {
 			st.save(heldRec, call)
 		} else {
-			st.insertCall(call)
+			rec = st.insertCall(call)
+		}
+		if call.State.Parked() {
+			st.park(rec, parkBytes)
 		}
 		if approval != nil {
 			st.approvals[approval.ID] = approval

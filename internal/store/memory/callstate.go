@@ -70,9 +70,16 @@ func (st *state) insertCall(c *store.Call) *callRec {
 func (st *state) save(r *callRec, c *store.Call) {
 	lease, expires, class := r.lease, r.expires, r.class
 	parent := r.str(cfParentCallID)
+	active := r.active()
 	r.set(c)
 	st.reindex(r, lease, expires, class)
 	st.adopt(r.id(), parent, c.ParentCallID)
+	if active && !r.active() {
+		st.unpin(r)
+	}
+	if r.parkCounted && !r.state().Parked() {
+		st.unpark(r)
+	}
 }
 
 // adopt moves call id from the children of parent from to those of to.
@@ -140,6 +147,50 @@ func (st *state) release(r *callRec, c *store.Call, now time.Time, expires *time
 	st.save(r, c)
 }
 
+// parkUsage is what one principal has parked.
+type parkUsage struct {
+	calls int
+	bytes int64
+}
+
+// park counts r, just parked holding bytes, in its principal's usage.
+func (st *state) park(r *callRec, bytes int64) {
+	u := st.parked[r.principal()]
+	u.calls++
+	u.bytes += bytes
+	st.parked[r.principal()] = u
+	r.parkBytes, r.parkCounted = bytes, true
+}
+
+// unpark takes r, no longer parked (or deleted), out of its principal's
+// usage.
+func (st *state) unpark(r *callRec) {
+	u := st.parked[r.principal()]
+	u.calls--
+	u.bytes -= r.parkBytes
+	if u.calls <= 0 {
+		delete(st.parked, r.principal())
+	} else {
+		st.parked[r.principal()] = u
+	}
+	r.parkBytes, r.parkCounted = 0, false
+}
+
+// active reports whether the call is parked or in progress: its audit
+// events are kept whatever the audit bound (see WithMaxAuditEvents).
+func (r *callRec) active() bool {
+	s := r.state()
+	return s == store.CallInProgress || s.Parked()
+}
+
+// unpin notes that r's events are no longer pinned: if any lies within the
+// prefix the audit bound skips, the next eviction scans from the start.
+func (st *state) unpin(r *callRec) {
+	if r.firstSeq != 0 && r.firstSeq <= st.pinSeq {
+		st.pinSeq = 0
+	}
+}
+
 // reindex brings the indexes up to date with r, whose lease, expiry and
 // class were as given before its change.
 func (st *state) reindex(r *callRec, lease, expires int64, class uint8) {
@@ -199,6 +250,10 @@ func (st *state) deleteCall(tx *tx, r *callRec) {
 	}
 	st.count(r.class, -1)
 	r.class = 0
+	st.unpin(r)
+	if r.parkCounted {
+		st.unpark(r)
+	}
 	// Go maps keep their size when emptied: once as many records have been
 	// deleted as remain, the maps are rebuilt at the size they need.
 	if st.callsGone++; st.callsGone > len(st.calls)+1024 {
@@ -250,12 +305,15 @@ func (st *state) enforceCallBound(tx *tx) {
 // maxTypeBits is how many event types callRec.events can tell apart.
 const maxTypeBits = 64
 
-// markEvent notes on the record of callID that an event of typ was
-// appended for it.
-func (st *state) markEvent(callID, typ string) {
+// markEvent notes on the record of callID that an event of typ, with Seq
+// seq, was appended for it.
+func (st *state) markEvent(callID, typ string, seq int64) {
 	r := st.calls[callID]
 	if r == nil {
 		return
+	}
+	if r.firstSeq == 0 {
+		r.firstSeq = seq
 	}
 	n, ok := st.eventTypes[typ]
 	if !ok {

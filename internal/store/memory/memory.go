@@ -59,9 +59,24 @@ func WithMaxCalls(n int) Option {
 }
 
 // WithMaxAuditEvents bounds the audit events kept: past n, the oldest
-// (first appended) are deleted. 0 means no bound.
+// (first appended) are deleted, except the events of calls still parked
+// or in progress: an approver deciding a pending call, and an operator
+// judging a running one, must find how it came to be (the store may then
+// hold more than n). 0 means no bound.
 func WithMaxAuditEvents(n int) Option {
 	return func(st *state) { st.maxAudit = max(0, n) }
+}
+
+// WithEvictableCallEvents names event types that WithMaxAuditEvents may
+// delete even while their call is parked or in progress: those a caller
+// can repeat at will (replays of a pending call, refusals), which would
+// otherwise let one caller pin an unbounded number of events.
+func WithEvictableCallEvents(types ...string) Option {
+	return func(st *state) {
+		for _, t := range types {
+			st.evictable[t] = true
+		}
+	}
 }
 
 // state is everything the store holds. It is only touched with Store.mu held.
@@ -115,6 +130,17 @@ type state struct {
 	extraHistory map[string][]histRef
 
 	maxCalls, maxAudit int
+	// evictable are the event types the audit bound deletes even for
+	// active calls (WithEvictableCallEvents).
+	evictable map[string]bool
+	// parked is, by principal, the calls it has parked and the bytes they
+	// hold (store.ParkedBytes), for store.ParkLimits.
+	parked map[string]parkUsage
+	// pinSeq: every event kept with a Seq up to it belongs to a call that
+	// is parked or in progress (as of the last eviction), so the next
+	// eviction starts after it. A call that leaves those states with an
+	// event at or before it resets it to 0.
+	pinSeq int64
 }
 
 // New returns an empty store, bounded by DefaultMaxCalls and
@@ -137,6 +163,8 @@ func New(opts ...Option) *Store {
 			eventTypes:       make(map[string]int),
 			history:          make(map[histKey]*histBucket),
 			extraHistory:     make(map[string][]histRef),
+			evictable:        make(map[string]bool),
+			parked:           make(map[string]parkUsage),
 			maxCalls:         DefaultMaxCalls,
 			maxAudit:         DefaultMaxAuditEvents,
 		},

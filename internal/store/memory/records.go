@@ -119,6 +119,13 @@ type callRec struct {
 	events uint64
 	// evictSeq is the record's place in the eviction queue (0: none).
 	evictSeq uint64
+	// firstSeq is the Seq of the first audit event appended for the call
+	// (0: none yet); see state.unpin.
+	firstSeq int64
+	// parkBytes is what the call holds while parked (store.ParkedBytes),
+	// counted in state.parked while parkCounted.
+	parkBytes   int64
+	parkCounted bool
 	// hist and histSeq locate the record's task history entry (histSeq 0:
 	// none); any further entries are in state.extraHistory.
 	hist    *histBucket

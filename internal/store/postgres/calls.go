@@ -130,7 +130,15 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 		claimed bool
 		events  []store.AuditEvent // p.Events as stored, when claimed
 	)
-	if rows, err := newAuditRows(p.Events); err == nil {
+	if limited := c.State.Parked() && p.Limits != (store.ParkLimits{}); limited {
+		// Parking within limits reads the principal's parked calls under a
+		// lock of its own: a transaction, off the grouped hot path (parking
+		// waits for a person anyway).
+		out, claimed, events, err = s.claimInTx(ctx, p, &c, args)
+		if err != nil {
+			return nil, false, err
+		}
+	} else if rows, err := newAuditRows(p.Events); err == nil {
 		q, qargs := claimStatement(&c, p, args, rows)
 		var (
 			row      *store.Call
@@ -283,6 +291,13 @@ func (s *Store) claimInTx(ctx context.Context, p store.ClaimCallParams, c *store
 		events  []store.AuditEvent
 	)
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if c.State.Parked() && p.Limits != (store.ParkLimits{}) {
+			held, err := s.checkParkLimits(ctx, tx, p, c)
+			if err != nil || held != nil {
+				out, claimed = held, false
+				return err
+			}
+		}
 		var err error
 		out, err = scanCall(tx.QueryRow(ctx, claimCallSQL, args...))
 		if isNotFound(err) {
@@ -327,6 +342,45 @@ func (s *Store) claimInTx(ctx context.Context, p store.ClaimCallParams, c *store
 		return nil, false, nil, err
 	}
 	return out, claimed, events, nil
+}
+
+// parkLockSQL takes the transaction's lock on one principal's parked calls:
+// its parking claims go one at a time, so that each counts the others'.
+const parkLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('toolsvc.parked:' || $1, 0))`
+
+// parkedUsageSQL counts a principal's parked calls and the bytes they hold
+// (store.ParkedBytes: the approval's arguments, the preview's message and
+// value, as stored), through calls_parked_principal_idx.
+const parkedUsageSQL = `SELECT count(*), coalesce(sum(
+		coalesce(octet_length(a.arguments::text), 0) + coalesce(octet_length(p.message), 0) + coalesce(octet_length(p.value::text), 0)), 0)
+	FROM calls c
+	LEFT JOIN approvals a ON c.state = 'AWAITING_APPROVAL' AND a.id = c.approval_id
+	LEFT JOIN previews p ON c.state = 'AWAITING_PREVIEW' AND p.token = c.preview_token
+	WHERE c.principal_id = $1 AND c.state IN ('AWAITING_APPROVAL', 'AWAITING_PREVIEW')`
+
+// checkParkLimits decides, in tx and under the principal's park lock,
+// whether the parked claim of c may go on: it returns the record holding
+// the key when the claim would lose anyway (answered as a lost claim), a
+// *store.ParkLimitError when parking would pass p.Limits, or (nil, nil).
+func (s *Store) checkParkLimits(ctx context.Context, tx pgx.Tx, p store.ClaimCallParams, c *store.Call) (*store.Call, error) {
+	if _, err := tx.Exec(ctx, parkLockSQL, c.PrincipalID); err != nil {
+		return nil, fmt.Errorf("claim call %q: lock the parked calls of %q: %w", c.ID, c.PrincipalID, interpretError(err))
+	}
+	held, err := scanCall(tx.QueryRow(ctx, getCallByKeySQL, c.PrincipalID, c.IdempotencyKey))
+	switch {
+	case err == nil && (held.State != store.CallReleased || held.Fingerprint != c.Fingerprint):
+		return held, nil
+	case err != nil && !isNotFound(err):
+		return nil, fmt.Errorf("claim call: read the holder of key %q: %w", c.IdempotencyKey, err)
+	}
+	var (
+		calls int
+		bytes int64
+	)
+	if err := tx.QueryRow(ctx, parkedUsageSQL, c.PrincipalID).Scan(&calls, &bytes); err != nil {
+		return nil, fmt.Errorf("claim call %q: count the parked calls of %q: %w", c.ID, c.PrincipalID, interpretError(err))
+	}
+	return nil, p.Limits.Check(c.PrincipalID, calls, bytes, store.ParkedBytes(p.Approval, p.Preview))
 }
 
 // startParkedCallSQL starts a parked call in one statement. The two CTEs

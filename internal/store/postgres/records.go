@@ -176,25 +176,34 @@ func scanTool(row pgx.Row) (*store.Tool, error) {
 // --- tool health ---
 
 const healthColumns = `tool, status, consecutive_errors, last_success_at, last_error, last_error_at,
-	rate_limit_resets_at, cooldown_until, trips, probe_until, drained, override_by, override_reason, updated_at`
+	rate_limit_resets_at, cooldown_until, trips, probe_until, drained, override_by, override_reason, updated_at,
+	error_principals`
 
 func scanHealth(row pgx.Row) (*store.ToolHealth, error) {
 	h := &store.ToolHealth{}
 	var status string
 	if err := row.Scan(&h.Tool, &status, &h.ConsecutiveErrors, timeDst{&h.LastSuccessAt}, &h.LastError,
 		timeDst{&h.LastErrorAt}, timeDst{&h.RateLimitResetsAt}, timeDst{&h.CooldownUntil}, &h.Trips,
-		timeDst{&h.ProbeUntil}, &h.Drained, &h.OverrideBy, &h.OverrideReason, timeDst{&h.UpdatedAt}); err != nil {
+		timeDst{&h.ProbeUntil}, &h.Drained, &h.OverrideBy, &h.OverrideReason, timeDst{&h.UpdatedAt},
+		&h.ErrorPrincipals); err != nil {
 		return nil, interpretError(err)
 	}
 	h.Status = store.HealthStatus(status)
+	if len(h.ErrorPrincipals) == 0 {
+		h.ErrorPrincipals = nil
+	}
 	return h, nil
 }
 
 // healthArgs are the values of healthColumns, in order.
 func healthArgs(h *store.ToolHealth) []any {
+	principals := h.ErrorPrincipals
+	if principals == nil {
+		principals = []string{}
+	}
 	return []any{h.Tool, string(h.Status), h.ConsecutiveErrors, tsArg(h.LastSuccessAt), h.LastError,
 		tsArg(h.LastErrorAt), tsArg(h.RateLimitResetsAt), tsArg(h.CooldownUntil), h.Trips,
-		tsArg(h.ProbeUntil), h.Drained, h.OverrideBy, h.OverrideReason, tsArg(h.UpdatedAt)}
+		tsArg(h.ProbeUntil), h.Drained, h.OverrideBy, h.OverrideReason, tsArg(h.UpdatedAt), principals}
 }
 
 // --- calls ---

@@ -36,6 +36,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Tools", toolTests()},
 		{"Health", healthTests()},
 		{"Calls", callTests()},
+		{"ParkLimits", parkLimitTests()},
 		{"Approvals", approvalTests()},
 		{"Previews", previewTests()},
 		{"Audit", auditTests()},
