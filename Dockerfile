@@ -18,7 +18,7 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/toolsvc ./cmd/toolsvc
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/toolsvc/toolsvc/internal/cli.version=${VERSION}" -o /out/toolsvc ./cmd/toolsvc
 
 FROM scratch
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt

@@ -123,7 +123,13 @@ func TestCompose(t *testing.T) {
 			t.Errorf("the configuration lacks %s after interpolation", k)
 		}
 	}
-	c := parseConfig(t, "compose config toolsvc", cfg.Content)
+	env := map[string]string{}
+	for k, v := range p.Services["toolsvc-1"].Environment {
+		if v != nil && strings.HasPrefix(k, "TOOLSVC_") {
+			env[k] = *v
+		}
+	}
+	c := parseConfig(t, "compose config toolsvc", cfg.Content, env)
 	if !c.Auth.Enabled || c.TLS.CertFile != "/run/secrets/tls-cert" || c.TLS.KeyFile != "/run/secrets/tls-key" {
 		t.Errorf("replicas reachable from the network need auth and TLS from the secrets: %+v %+v", c.Auth, c.TLS)
 	}

@@ -47,11 +47,12 @@ func (c deployConfig) ShutdownSeconds() int {
 }
 
 // parseConfig reads a deployment's toolsvc.yaml and checks that this binary
-// loads it, authentication and TLS included. What the deployment keeps
-// outside the file is stood in for: each placeholder token hash by a hash,
-// and the TLS certificate and key (secret files mounted at run time) by a
-// pair made here.
-func parseConfig(t *testing.T, where, text string) deployConfig {
+// loads it, authentication and TLS included, with env: the TOOLSVC_*
+// variables the deployment sets beside it (the database URL). What the
+// deployment keeps outside the file is stood in for: each placeholder token
+// hash by a hash, and the TLS certificate and key (secret files mounted at
+// run time) by a pair made here.
+func parseConfig(t *testing.T, where, text string, env map[string]string) deployConfig {
 	t.Helper()
 	if strings.TrimSpace(text) == "" {
 		t.Fatalf("%s: empty", where)
@@ -101,7 +102,8 @@ func parseConfig(t *testing.T, where, text string) deployConfig {
 	if err := os.WriteFile(file, out, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := config.Load(config.Sources{File: file}); err != nil {
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	if _, err := config.Load(config.Sources{File: file, Env: lookup}); err != nil {
 		t.Errorf("%s does not load: %v", where, err)
 	}
 	return c

@@ -216,7 +216,18 @@ func TestKubernetesManifests(t *testing.T) {
 	if cm == nil {
 		t.Fatal("no ConfigMap toolsvc")
 	}
-	cfg := parseConfig(t, "ConfigMap toolsvc toolsvc.yaml", cm.Data["toolsvc.yaml"])
+	// The container's variables, those read from a ConfigMap or Secret
+	// stood in for by a URL of the same kind.
+	env := map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case e.Value != "":
+			env[e.Name] = e.Value
+		case e.ValueFrom != nil && e.Name == "TOOLSVC_DATABASE_URL":
+			env[e.Name] = "postgres://toolsvc@postgres:5432/toolsvc"
+		}
+	}
+	cfg := parseConfig(t, "ConfigMap toolsvc toolsvc.yaml", cm.Data["toolsvc.yaml"], env)
 	if got := port(t, cfg.Listen); got != ports["grpc"] {
 		t.Errorf("listen %s, container port grpc %d", cfg.Listen, ports["grpc"])
 	}

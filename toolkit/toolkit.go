@@ -19,6 +19,11 @@
 //   - OutcomeUnknown(err): the tool may have acted (a transport broke after the
 //     request was sent); the outcome is recorded as UNKNOWN and never re-run;
 //   - any other error: the tool failed (counts against its health).
+//
+// A tool may run other tools as steps of its call (Call.Invoke): each step is
+// a call of its own through toolsvc's whole pipeline, as the same principal,
+// and a retry of the calling call replays the steps that finished instead of
+// running them again (docs/native-tools.md).
 package toolkit
 
 import (
@@ -155,6 +160,154 @@ type Call struct {
 	Arguments json.RawMessage
 	// OnHeartbeat is set by the runtime; tools call Heartbeat instead.
 	OnHeartbeat func(context.Context) error
+	// OnProgress is set by the runtime; tools call Progress instead.
+	OnProgress func(ctx context.Context, message string) error
+	// OnInvoke is set by the runtime while the call executes; tools call
+	// Invoke instead.
+	OnInvoke func(ctx context.Context, step Step) (*StepResult, error)
+	// ParentCallID is set when this call is a step of another call: the
+	// call whose tool invoked it.
+	ParentCallID string
+}
+
+// Progress tells toolsvc how the call is getting on: the message and its
+// time are shown on the call (GetCall) while it runs, and the report keeps
+// the call's lease alive as Heartbeat does. Reports that follow each other
+// closely are coalesced (the last one is shown). It is safe to call on a
+// Call without a runtime.
+func (c *Call) Progress(ctx context.Context, message string) error {
+	if c == nil || c.OnProgress == nil {
+		return nil
+	}
+	return c.OnProgress(ctx, message)
+}
+
+// ErrNoRuntime is returned by Invoke on a Call that toolsvc did not make
+// for an execution (a test's, or one given to Preview or ResourceExists,
+// which must not act).
+var ErrNoRuntime = errors.New("toolkit: this call cannot invoke other tools: it is not an execution by toolsvc")
+
+// Invoke runs another tool's action as a step of this call, through toolsvc's
+// whole pipeline (scopes, validation, policies, risk and the gate,
+// idempotency, health, audit), and returns what it answered. The step runs
+// as the same principal, with this call's trace and task, its granted scopes,
+// at its autonomy (Step.Autonomy may only lower it) and within its deadline
+// (ctx's, if earlier). Its idempotency key is derived from this call's key
+// and the step's ID: when this call is retried, a step that finished
+// answers its stored outcome (Replayed) instead of running again.
+//
+// The answer:
+//   - the step SUCCEEDED, FAILED or was DENIED: a StepResult and nil;
+//   - its outcome is UNKNOWN (it may have acted): a StepResult and an error
+//     made by OutcomeUnknown; return it, and this call is UNKNOWN too (a
+//     retry of this call replays the step's UNKNOWN; it never runs again);
+//   - it waits for a person's approval or a preview: nil and a *ParkedError
+//     (errors.Is(err, ErrParked)); return it. This call is then parked
+//     behind that approval (or preview), whatever the tool returns; its
+//     retry, once the step may go on, runs the tool again, which replays
+//     the finished steps and runs the approved one;
+//   - it was refused before it ran (unknown tool, missing scope, nesting
+//     too deep, a cycle, ...): nil and a *StepError, wrapped by Retryable
+//     when a retry may succeed (the step's tool is unavailable, the store
+//     could not be reached).
+//
+// Steps of one call need distinct IDs. A tool that invokes others should
+// act only through its steps: a retry runs the tool again from the start.
+func (c *Call) Invoke(ctx context.Context, step Step) (*StepResult, error) {
+	if c == nil || c.OnInvoke == nil {
+		return nil, ErrNoRuntime
+	}
+	return c.OnInvoke(ctx, step)
+}
+
+// Step is one call a tool makes through its own call (Call.Invoke).
+type Step struct {
+	// ID names the step within the calling call, ^[A-Za-z0-9_.-]{1,64}$;
+	// with the calling call's idempotency key it makes the step's key.
+	ID string
+	// Tool and Action name what to run.
+	Tool   string
+	Action string
+	// Arguments is a JSON object: a json.RawMessage, or any value that
+	// marshals to one. Nil is {}.
+	Arguments any
+	// Autonomy, if set, lowers the step's autonomy below the calling
+	// call's; it never raises it.
+	Autonomy AutonomyLevel
+}
+
+// StepOutcome is what became of a step that ran or was judged.
+type StepOutcome string
+
+// Step outcomes.
+const (
+	StepSucceeded StepOutcome = "SUCCEEDED"
+	StepFailed    StepOutcome = "FAILED"
+	StepDenied    StepOutcome = "DENIED"
+	StepUnknown   StepOutcome = "UNKNOWN"
+)
+
+// StepResult is a step's answer.
+type StepResult struct {
+	// CallID is the step's own call (GetCall shows it, and its parent).
+	CallID  string
+	Outcome StepOutcome
+	// Success is true for StepSucceeded with the tool's result successful.
+	Success bool
+	Message string
+	Value   json.RawMessage
+	// Replayed: the step had finished before (in an earlier run of the
+	// calling call); this is its stored outcome, and it did not run again.
+	Replayed bool
+}
+
+// Bind decodes the step's value into v.
+func (r *StepResult) Bind(v any) error {
+	if r == nil || len(r.Value) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(r.Value, v); err != nil {
+		return fmt.Errorf("decode the value of step call %s: %w", r.CallID, err)
+	}
+	return nil
+}
+
+// ErrParked matches the error Invoke returns for a step that waits for a
+// person (errors.Is).
+var ErrParked = errors.New("the step waits for a person")
+
+// ParkedError says a step waits for an approval or a preview: the calling
+// call is parked behind it.
+type ParkedError struct {
+	Step   string
+	CallID string
+	// ApprovalID is set when the step waits for an approval; otherwise it
+	// waits for its preview to be confirmed.
+	ApprovalID string
+	Message    string
+}
+
+func (e *ParkedError) Error() string {
+	if e.ApprovalID != "" {
+		return fmt.Sprintf("step %s (call %s) waits for approval %s", e.Step, e.CallID, e.ApprovalID)
+	}
+	return fmt.Sprintf("step %s (call %s) waits for its preview to be confirmed", e.Step, e.CallID)
+}
+
+// Is reports whether target is ErrParked.
+func (e *ParkedError) Is(target error) bool { return target == ErrParked }
+
+// StepError says a step was refused before it ran, for Reason (an
+// ErrorInfo reason of toolsvc's API, such as TOOL_NOT_FOUND,
+// SCOPE_VIOLATION, NESTING_TOO_DEEP or NESTED_CALL_CYCLE).
+type StepError struct {
+	Step    string
+	Reason  string
+	Message string
+}
+
+func (e *StepError) Error() string {
+	return fmt.Sprintf("step %s was refused (%s): %s", e.Step, e.Reason, e.Message)
 }
 
 // Heartbeat tells toolsvc the call is alive and extends its lease at once.

@@ -15,6 +15,9 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/netutil"
+
+	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/connector"
 	"github.com/toolsvc/toolsvc/internal/executor"
@@ -229,7 +232,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 		Store: a.store, Registry: a.reg, Gate: g, Policies: policy.New(a.store), Health: a.tracker,
 		Idempotency: cfg.Idempotency, ApprovalTTL: cfg.Approvals.TTL, PreviewTTL: cfg.Previews.TTL,
 		Now: opts.Now, Logger: log, Observer: a.tel.Observer(),
-		AuditDetailMaxBytes: cfg.Audit.DetailMaxBytes,
+		AuditDetailMaxBytes:    cfg.Audit.DetailMaxBytes,
+		NestedMaxDepth:         cfg.Nested.MaxDepth,
+		MaxParkedArgumentBytes: cfg.Parked.MaxArgumentBytes,
+		ParkLimits:             store.ParkLimits{MaxCalls: cfg.Parked.MaxCallsPerPrincipal, MaxBytes: cfg.Parked.MaxBytesPerPrincipal},
 	})
 	if err != nil {
 		return nil, err
@@ -267,6 +273,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 		ShutdownTimeout:        cfg.ShutdownTimeout,
 		ShutdownGrace:          cfg.ShutdownGrace,
 		AuditPageBytes:         cfg.Audit.PageBytes,
+		ApprovalPageBytes:      cfg.Approvals.PageBytes,
 		StatsHandler:           a.tel.StatsHandler(),
 	})
 	if err != nil {
@@ -292,7 +299,10 @@ func newSecretsStore(c config.SecretsConfig, env func(string) (string, bool)) (s
 // openStore opens the configured store.
 func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (store.Store, error) {
 	if cfg.DatabaseURL == "" {
-		return memory.New(memory.WithMaxCalls(cfg.Memory.MaxCalls), memory.WithMaxAuditEvents(cfg.Memory.MaxAuditEvents)), nil
+		return memory.New(memory.WithMaxCalls(cfg.Memory.MaxCalls), memory.WithMaxAuditEvents(cfg.Memory.MaxAuditEvents),
+			// Replays and refusals a caller can repeat at will may go
+			// even while their call is pending.
+			memory.WithEvictableCallEvents(audit.ToolCallDeduped, audit.ToolCallRejected)), nil
 	}
 	pg, err := postgres.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
@@ -375,7 +385,10 @@ func (a *App) Listen() (net.Listener, error) {
 			return nil, fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
 		}
 	}
-	return lis, nil
+	// A cap on open connections, so that sockets opened and never used
+	// (each held until server.handshake_timeout closes it) cannot use up
+	// the process's file descriptors and lock everyone else out.
+	return netutil.LimitListener(lis, a.cfg.Server.MaxConnections), nil
 }
 
 // CheckLoopback refuses an address that is not a loopback TCP address: while

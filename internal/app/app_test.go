@@ -19,7 +19,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/store/postgres/pgtest"
 )
 
-var demoTools = []string{"clock", "echo", "flaky", "notes", "pipeline"}
+var demoTools = []string{"clock", "echo", "flaky", "notes", "pipeline", "release"}
 
 func storedTools(t *testing.T, ctx context.Context, s store.Store) map[string]store.ToolSource {
 	t.Helper()
@@ -166,7 +166,7 @@ func TestBadToolsFileRefusesToStart(t *testing.T) {
 func TestSchemaBehindRefusesToStart(t *testing.T) {
 	ctx := testCtx(t)
 	cfg := apptest.Config(t, apptest.Memory)
-	cfg.DatabaseURL = pgtest.NewEmptyDatabase(t)
+	cfg.Store, cfg.DatabaseURL = "", pgtest.NewEmptyDatabase(t)
 	_, err := app.New(ctx, cfg, app.Options{})
 	if !errors.Is(err, postgres.ErrSchemaBehind) || !strings.Contains(err.Error(), "toolsvc migrate up") {
 		t.Fatalf("want ErrSchemaBehind saying what to run, got %v", err)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolsvc/toolsvc/internal/app"
 	"github.com/toolsvc/toolsvc/internal/app/apptest"
@@ -57,4 +58,53 @@ func TestCheckLoopback(t *testing.T) {
 			t.Errorf("%s: %v", tc.addr, err)
 		}
 	}
+}
+
+// The listener holds at most server.max_connections connections open at
+// once: the next is accepted only when one of them closes.
+func TestListenCapsConnections(t *testing.T) {
+	cfg := apptest.Config(t, apptest.Memory)
+	cfg.Server.MaxConnections = 2
+	a, err := app.New(context.Background(), cfg, app.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	lis, err := a.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	accepted := make(chan net.Conn, 3)
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	for range 3 {
+		c, err := net.Dial("tcp", lis.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	first, second := <-accepted, <-accepted
+	select {
+	case c := <-accepted:
+		t.Fatalf("a third connection was accepted while two were open: %v", c.RemoteAddr())
+	case <-time.After(200 * time.Millisecond):
+	}
+	first.Close()
+	select {
+	case third := <-accepted:
+		third.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the third connection was not accepted once one closed")
+	}
+	second.Close()
 }

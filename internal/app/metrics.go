@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -48,7 +49,7 @@ func (a *App) listenMetrics() error {
 	if err != nil {
 		return fmt.Errorf("metrics.listen: listen on %s: %w", a.cfg.Metrics.Listen, err)
 	}
-	a.metricsLis = lis
+	a.metricsLis = netutil.LimitListener(lis, a.cfg.Metrics.MaxConnections)
 	return nil
 }
 
@@ -75,7 +76,9 @@ func (a *App) serveMetrics() (stop func(), err error) {
 			}
 			mux.ServeHTTP(w, r)
 		}),
-		ReadHeaderTimeout: 5 * time.Second,
+		// A connection that sends no request headers in time is closed,
+		// like the gRPC listener's handshakes.
+		ReadHeaderTimeout: a.cfg.Server.HandshakeTimeout,
 		IdleTimeout:       2 * time.Minute,
 		Protocols:         new(http.Protocols),
 	}

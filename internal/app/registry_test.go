@@ -329,7 +329,7 @@ func TestListToolsPagination(t *testing.T) {
 		for _, tl := range all {
 			want = append(want, tl.Name)
 		}
-		if len(want) != 11 { // 5 demo tools + 6
+		if len(want) != 12 { // 6 demo tools + 6
 			t.Fatalf("store has %v", want)
 		}
 
@@ -357,13 +357,13 @@ func TestListToolsPagination(t *testing.T) {
 		}
 
 		// An exact multiple of the page size has no empty last page.
-		resp, err := reg.ListTools(ctx, &toolsvcv1.ListToolsRequest{PageSize: 11})
-		if err != nil || len(resp.Tools) != 11 || resp.NextPageToken != "" {
+		resp, err := reg.ListTools(ctx, &toolsvcv1.ListToolsRequest{PageSize: 12})
+		if err != nil || len(resp.Tools) != 12 || resp.NextPageToken != "" {
 			t.Fatalf("single full page: %d tools, token %q, %v", len(resp.Tools), resp.NextPageToken, err)
 		}
 		// The default page holds them all.
 		resp, err = reg.ListTools(ctx, &toolsvcv1.ListToolsRequest{})
-		if err != nil || len(resp.Tools) != 11 {
+		if err != nil || len(resp.Tools) != 12 {
 			t.Fatalf("default page: %v", err)
 		}
 

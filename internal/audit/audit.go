@@ -30,6 +30,7 @@ const (
 	ToolCallFailed      = "tool_call.failed"
 	ToolCallUnknown     = "tool_call.unknown"
 	ToolCallResolved    = "tool_call.resolved"
+	ToolCallParked      = "tool_call.parked" // a call's tool ran, and one of its steps waits for a person
 	HealthChanged       = "health.changed"
 	ToolRegistered      = "tool.registered"
 	ToolUpdated         = "tool.updated"
@@ -42,6 +43,22 @@ const (
 	// left running.
 	ToolRefused = "tool.refused"
 )
+
+// KeyParentCallID is the detail key that carries, on every event about a
+// nested call, the id of the call whose tool made it.
+const KeyParentCallID = "parent_call_id"
+
+// WithParent adds parentID to detail under KeyParentCallID, when set.
+func WithParent(detail map[string]any, parentID string) map[string]any {
+	if parentID == "" {
+		return detail
+	}
+	if detail == nil {
+		detail = map[string]any{}
+	}
+	detail[KeyParentCallID] = parentID
+	return detail
+}
 
 // MaxField bounds each text field of an event (ids, principal, tool,
 // action). Every valid value is shorter; the bound only matters for the

@@ -11,6 +11,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/auth/pkitest"
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/quota"
+	"github.com/toolsvc/toolsvc/toolkit"
 )
 
 // Token hashes, quoted for YAML (see "unquoted hash" below).
@@ -32,6 +33,7 @@ func TestAuthenticationConfiguration(t *testing.T) {
 	cert, key, ca := pki(t)
 	cfg, err := config.Load(config.Sources{File: writeFile(t, "auth.yaml", `
 listen: 0.0.0.0:8443
+store: memory
 auth:
   enabled: true
   public_reflection: false
@@ -154,9 +156,9 @@ func TestAuthenticationConfigurationAccepted(t *testing.T) {
 	cert, key, ca := pki(t)
 	tlsKeys := "tls: {cert_file: " + cert + ", key_file: " + key + ", client_ca_file: " + ca + "}\n"
 	for name, yaml := range map[string]string{
-		"tokens over TLS":           "listen: 0.0.0.0:1\nauth: {enabled: true}\n" + tlsKeys + "principals: [{id: a, roles: [agent], token_sha256: " + hashA + "}]\n",
-		"tokens on loopback":        "auth: {enabled: true}\nprincipals: [{id: a, roles: [agent], token_sha256: " + hashA + "}]\n",
-		"certificates only":         "listen: \"[::]:1\"\nauth: {enabled: true}\n" + tlsKeys + "principals: [{id: a, roles: [agent], certificate_sans: [\"spiffe://x/a\"]}]\n",
+		"tokens over TLS":           "listen: 0.0.0.0:1\nstore: memory\nauth: {enabled: true}\n" + tlsKeys + "principals: [{id: a, roles: [agent], token_sha256: " + hashA + "}]\n",
+		"tokens on loopback":        "store: memory\nauth: {enabled: true}\nprincipals: [{id: a, roles: [agent], token_sha256: " + hashA + "}]\n",
+		"certificates only":         "listen: \"[::]:1\"\nauth: {enabled: true}\ndatabase_url: postgres://toolsvc@db/toolsvc\n" + tlsKeys + "principals: [{id: a, roles: [agent], certificate_sans: [\"spiffe://x/a\"]}]\n",
 		"credentials with auth off": tlsKeys + "principals: [{id: a, roles: [agent], token_sha256: " + hashA + ", certificate_sans: [a.example.org]}]\n",
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -176,6 +178,7 @@ func TestProductionExample(t *testing.T) {
 	cert, key, ca := pki(t)
 	cfg, err := config.Load(config.Sources{File: "deploy/toolsvc.production.yaml", Env: envOf(map[string]string{
 		"TOOLSVC_TLS_CERT_FILE": cert, "TOOLSVC_TLS_KEY_FILE": key, "TOOLSVC_TLS_CLIENT_CA_FILE": ca,
+		"TOOLSVC_DATABASE_URL": "postgres://toolsvc@db:5432/toolsvc",
 	})})
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +198,64 @@ func TestProductionExample(t *testing.T) {
 		!slices.Contains(roles["approver-1"], auth.RoleApprover) || len(roles["ops-1"]) != 1 || roles["ops-1"][0] != auth.RoleOperator {
 		t.Fatalf("principals %v", roles)
 	}
-	// Without its files it is refused, naming them.
+	// Every principal's autonomy is said, and none may ask for more than
+	// SUPERVISED: an approver cannot trade a person's approval for its own
+	// preview token.
+	for _, id := range ids {
+		if id.Principal.MaxAutonomy != toolkit.AutonomySupervised || id.Principal.DefaultAutonomy != toolkit.AutonomySupervised {
+			t.Errorf("%s: max %s, default %s", id.Principal.ID, id.Principal.MaxAutonomy, id.Principal.DefaultAutonomy)
+		}
+	}
+	if cfg.DemoToolsEnabled() {
+		t.Error("the production example serves the demo tools")
+	}
+	// Without its files it is refused, naming them; without a database,
+	// naming database_url.
 	_, err = config.Load(config.Sources{File: "deploy/toolsvc.production.yaml"})
-	requireProblem(t, problemsOf(t, err), "tls.cert_file", "/etc/toolsvc/tls/server.pem")
+	ps := problemsOf(t, err)
+	requireProblem(t, ps, "tls.cert_file", "/etc/toolsvc/tls/server.pem")
+	requireProblem(t, ps, "database_url", "store: memory")
+}
+
+// TestStoreSelection: with authentication on, a missing database URL is
+// refused unless the memory store is asked for by name; the store key and
+// database_url must agree; the demo tools are on by default only for the
+// development default (memory, authentication off).
+func TestStoreSelection(t *testing.T) {
+	principal := "principals: [{id: a, roles: [agent], token_sha256: " + hashA + "}]\n"
+	for _, tc := range []struct {
+		name, yaml string
+		env        map[string]string
+		problem    string // key of the expected problem; "" accepts
+		fragments  []string
+		kind       string
+		demo       bool
+	}{
+		{name: "development default", yaml: "log: {level: info}\n", kind: "memory", demo: true},
+		{name: "auth on, no database", yaml: "auth: {enabled: true}\n" + principal, problem: "database_url",
+			fragments: []string{"authentication is on", "store: memory"}},
+		{name: "auth on, memory asked for", yaml: "store: memory\nauth: {enabled: true}\n" + principal, kind: "memory"},
+		{name: "auth on, memory from the environment", yaml: "auth: {enabled: true}\n" + principal,
+			env: map[string]string{"TOOLSVC_STORE": "MEMORY"}, kind: "memory"},
+		{name: "auth on, memory and demo tools asked for", yaml: "store: memory\ndemo_tools: true\nauth: {enabled: true}\n" + principal,
+			kind: "memory", demo: true},
+		{name: "auth on, database", yaml: "auth: {enabled: true}\ndatabase_url: postgres://u@db/x\n" + principal, kind: "postgres"},
+		{name: "postgres without a URL", yaml: "store: postgres\n", problem: "store", fragments: []string{"database_url is empty"}},
+		{name: "memory with a URL", yaml: "store: memory\ndatabase_url: postgres://u@db/x\n", problem: "store", fragments: []string{"remove one"}},
+		{name: "unknown store", yaml: "store: sqlite\n", problem: "store", fragments: []string{"memory or postgres"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.Load(config.Sources{File: writeFile(t, "c.yaml", tc.yaml), Env: envOf(tc.env)})
+			if tc.problem != "" {
+				requireProblem(t, problemsOf(t, err), tc.problem, tc.fragments...)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.StoreKind() != tc.kind || cfg.DemoToolsEnabled() != tc.demo {
+				t.Fatalf("store %s, demo tools %v; want %s, %v", cfg.StoreKind(), cfg.DemoToolsEnabled(), tc.kind, tc.demo)
+			}
+		})
+	}
 }

@@ -41,6 +41,9 @@ const (
 	DefaultAuditPageBytes  = server.DefaultAuditPageBytes
 	// DefaultAuditRetention keeps the trail for 90 days.
 	DefaultAuditRetention = 90 * 24 * time.Hour
+	// DefaultAutonomy is a configured principal's default_autonomy, and its
+	// max_autonomy unless it says otherwise.
+	DefaultAutonomy = toolkit.AutonomySupervised
 )
 
 // Config is the whole configuration of the server. Keys are the mapstructure
@@ -51,12 +54,17 @@ type Config struct {
 	Listen string `mapstructure:"listen"`
 	// DatabaseURL selects the Postgres store; empty means the in-memory store.
 	DatabaseURL string `mapstructure:"database_url"`
+	// Store names the store: "memory", "postgres", or empty to follow
+	// DatabaseURL. With authentication on and no DatabaseURL, "memory" must
+	// be said explicitly: a production server that lost its database URL
+	// must not come up on a store that forgets everything at restart.
+	Store string `mapstructure:"store"`
 	// Migrate applies pending migrations at start (Postgres only).
 	Migrate bool `mapstructure:"migrate"`
 	// ToolsFile is a YAML file of tool definitions synced at start.
 	ToolsFile string `mapstructure:"tools_file"`
 	// DemoTools registers the demo tools. Unset means on with the memory
-	// store and off with Postgres; see DemoToolsEnabled.
+	// store and authentication off, off otherwise; see DemoToolsEnabled.
 	DemoTools *bool `mapstructure:"demo_tools"`
 	// Log configures the server's log (on stderr).
 	Log LogConfig `mapstructure:"log"`
@@ -85,7 +93,9 @@ type Config struct {
 	// id gets every role and scope.
 	Principals []PrincipalConfig `mapstructure:"principals"`
 	// Approvals configures approvals.
-	Approvals TTLConfig `mapstructure:"approvals"`
+	Approvals ApprovalsConfig `mapstructure:"approvals"`
+	// Parked bounds what callers may park behind approvals and previews.
+	Parked ParkedConfig `mapstructure:"parked"`
 	// Previews configures preview tokens.
 	Previews TTLConfig `mapstructure:"previews"`
 	// Gate configures risk adjusters and the autonomy x risk matrix.
@@ -104,7 +114,24 @@ type Config struct {
 	Metrics MetricsConfig `mapstructure:"metrics"`
 	// Memory bounds the in-memory store (used without database_url).
 	Memory MemoryConfig `mapstructure:"memory"`
+	// Nested bounds the calls native tools make as steps of theirs.
+	Nested NestedConfig `mapstructure:"nested"`
 }
+
+// NestedConfig bounds nested calls: the steps a native tool's call runs
+// through the pipeline (docs/native-tools.md).
+type NestedConfig struct {
+	// MaxDepth bounds how deeply calls nest: a call's steps are at depth 1,
+	// their steps at 2. A step deeper than this is refused
+	// (NESTING_TOO_DEEP).
+	MaxDepth int `mapstructure:"max_depth"`
+}
+
+// Bounds of nested.max_depth.
+const (
+	DefaultNestedMaxDepth = 4
+	MaxNestedMaxDepth     = 16
+)
 
 // MemoryConfig bounds what the in-memory store keeps, so that a long-running
 // process stays within a fixed size whatever the retention settings.
@@ -124,7 +151,14 @@ type MetricsConfig struct {
 	// probes; empty means none. It serves no API, so it may listen beyond
 	// loopback.
 	Listen string `mapstructure:"listen"`
+	// MaxConnections bounds the connections open at once on it; past it,
+	// new ones wait until one closes. A connection that has not sent its
+	// request headers within server.handshake_timeout is closed.
+	MaxConnections int `mapstructure:"max_connections"`
 }
+
+// DefaultMetricsMaxConnections is far more than scrapers and probes need.
+const DefaultMetricsMaxConnections = 64
 
 // SecretsConfig configures the secrets store. The environment
 // (TOOLSVC_SECRET_<CONNECTOR>_<KEY>) is always looked in; a directory, if
@@ -217,15 +251,59 @@ type TTLConfig struct {
 	TTL time.Duration `mapstructure:"ttl"`
 }
 
+// ApprovalsConfig configures approvals.
+type ApprovalsConfig struct {
+	// TTL is how long an approval stays valid unless its tool says
+	// otherwise.
+	TTL time.Duration `mapstructure:"ttl"`
+	// PageBytes bounds the encoded approvals of one ListApprovals page (a
+	// page holds at least one), as audit.page_bytes does audit pages.
+	PageBytes int `mapstructure:"page_bytes"`
+}
+
+// ParkedConfig bounds the calls parked behind approvals and previews: each
+// call's arguments, and per principal how many calls and how many bytes.
+// Parked calls are held until resolved or expired, whatever bounds the
+// stores keep otherwise, so these are what keep them bounded.
+type ParkedConfig struct {
+	// MaxArgumentBytes bounds the arguments (canonical JSON) of a call that
+	// would wait for an approval or a preview; a larger one is refused
+	// RESOURCE_EXHAUSTED ARGUMENTS_TOO_LARGE.
+	MaxArgumentBytes int `mapstructure:"max_argument_bytes"`
+	// MaxCallsPerPrincipal bounds the calls one principal has parked at
+	// once; 0: no bound.
+	MaxCallsPerPrincipal int `mapstructure:"max_calls_per_principal"`
+	// MaxBytesPerPrincipal bounds the bytes they hold (approval arguments,
+	// preview messages and values); 0: no bound.
+	MaxBytesPerPrincipal int64 `mapstructure:"max_bytes_per_principal"`
+}
+
+func defaultParked() ParkedConfig {
+	return ParkedConfig{MaxArgumentBytes: DefaultParkedArgumentBytes, MaxCallsPerPrincipal: DefaultParkedCallsPerPrincipal,
+		MaxBytesPerPrincipal: DefaultParkedBytesPerPrincipal}
+}
+
+// Defaults of the parked bounds: arguments a person can still read, and per
+// principal enough pending work for any agent, at most a few MiB of it.
+const (
+	DefaultParkedArgumentBytes     = 256 << 10
+	DefaultParkedCallsPerPrincipal = 100
+	DefaultParkedBytesPerPrincipal = 8 << 20
+)
+
 // PrincipalConfig declares an identity.
 type PrincipalConfig struct {
 	// ID is the principal's id; it is canonicalised (auth.CanonicalPrincipalID).
 	ID     string   `mapstructure:"id"`
 	Roles  []string `mapstructure:"roles"`
 	Scopes []string `mapstructure:"scopes"`
-	// MaxAutonomy defaults to AUTONOMOUS.
+	// MaxAutonomy is the most autonomy a request may ask for; it defaults
+	// to DefaultAutonomy, so that only a principal configured for more
+	// gets more (an approver asking for AUTONOMOUS must not turn a HIGH
+	// risk call's approval into a preview it confirms itself).
 	MaxAutonomy string `mapstructure:"max_autonomy"`
-	// DefaultAutonomy defaults to SUPERVISED, capped by MaxAutonomy.
+	// DefaultAutonomy applies to requests that ask for none; it defaults
+	// to SUPERVISED, capped by MaxAutonomy.
 	DefaultAutonomy string `mapstructure:"default_autonomy"`
 	// TokenSHA256 is the SHA-256, in hex, of the bearer token that
 	// authenticates the principal (`toolsvc token new` prints both).
@@ -249,31 +327,41 @@ func Default() *Config {
 			DetailMaxBytes: audit.DefaultDetailMaxBytes},
 		Auth:            defaultAuth(),
 		PrincipalLimits: defaultLimits(),
-		Approvals:       TTLConfig{TTL: DefaultApprovalTTL},
+		Approvals:       ApprovalsConfig{TTL: DefaultApprovalTTL, PageBytes: DefaultAuditPageBytes},
+		Parked:          defaultParked(),
 		Previews:        TTLConfig{TTL: DefaultPreviewTTL},
 		Gate:            gate.DefaultConfig(),
 		Health:          health.DefaultConfig(),
 		Idempotency:     idempotency.DefaultConfig(),
 		Memory:          MemoryConfig{MaxCalls: memory.DefaultMaxCalls, MaxAuditEvents: memory.DefaultMaxAuditEvents},
+		Nested:          NestedConfig{MaxDepth: DefaultNestedMaxDepth},
+		Metrics:         MetricsConfig{MaxConnections: DefaultMetricsMaxConnections},
 	}
 }
+
+// Store kinds (the store key).
+const (
+	StoreMemory   = "memory"
+	StorePostgres = "postgres"
+)
 
 // StoreKind names the store the configuration selects: "memory" or "postgres".
 func (c *Config) StoreKind() string {
 	if c.DatabaseURL == "" {
-		return "memory"
+		return StoreMemory
 	}
-	return "postgres"
+	return StorePostgres
 }
 
 // DemoToolsEnabled reports whether the demo tools are registered: as set, or
-// else on with the memory store and off with Postgres (a production database
-// should not fill up with demo tools by accident).
+// else on only for the development default, the memory store with
+// authentication off (a production database, or a server that callers
+// authenticate to, should not offer demo tools by accident).
 func (c *Config) DemoToolsEnabled() bool {
 	if c.DemoTools != nil {
 		return *c.DemoTools
 	}
-	return c.DatabaseURL == ""
+	return c.DatabaseURL == "" && !c.Auth.Enabled
 }
 
 // Error is an invalid configuration: every problem found, one per line, each
@@ -336,6 +424,7 @@ func (c *Config) Validate() error {
 			p.add("database_url", "not a valid Postgres connection string (want postgres://user:password@host:5432/dbname or key=value pairs)")
 		}
 	}
+	c.validateStore(&p)
 	if c.Migrate && c.DatabaseURL == "" {
 		p.add("migrate", "needs database_url: the in-memory store has no migrations")
 	}
@@ -371,6 +460,9 @@ func (c *Config) Validate() error {
 	c.validateAudit(&p)
 	c.validatePrincipals(&p)
 	c.validateAccess(&p)
+	if c.Nested.MaxDepth < 1 || c.Nested.MaxDepth > MaxNestedMaxDepth {
+		p.add("nested.max_depth", "must be between 1 and %d, not %d", MaxNestedMaxDepth, c.Nested.MaxDepth)
+	}
 	switch {
 	case c.Approvals.TTL <= 0:
 		p.add("approvals.ttl", "must be positive, not %s", c.Approvals.TTL)
@@ -405,6 +497,9 @@ func (c *Config) Validate() error {
 	if c.Memory.MaxAuditEvents < 0 {
 		p.add("memory.max_audit_events", "must not be negative (0: no bound), not %d", c.Memory.MaxAuditEvents)
 	}
+	if c.Metrics.MaxConnections < 1 {
+		p.add("metrics.max_connections", "must be positive, not %d", c.Metrics.MaxConnections)
+	}
 	if c.Metrics.Listen != "" {
 		if _, port, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
 			p.add("metrics.listen", "want host:port (e.g. 127.0.0.1:9464 or :9464), got %q", c.Metrics.Listen)
@@ -418,16 +513,58 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// validateStore checks the store key against database_url, and refuses the
+// memory store with authentication on unless it is asked for by name.
+func (c *Config) validateStore(p *problems) {
+	switch strings.ToLower(strings.TrimSpace(c.Store)) {
+	case "":
+		if c.Auth.Enabled && c.DatabaseURL == "" {
+			p.add("database_url", "authentication is on but no database is configured: set database_url "+
+				"(TOOLSVC_DATABASE_URL), or set store: memory to run on the in-memory store on purpose "+
+				"(everything is lost at restart, and it holds at most memory.max_calls calls)")
+		}
+	case StoreMemory:
+		if c.DatabaseURL != "" {
+			p.add("store", "is memory, but database_url is set too: remove one of them")
+		}
+	case StorePostgres:
+		if c.DatabaseURL == "" {
+			p.add("store", "is postgres, but database_url is empty: set database_url (TOOLSVC_DATABASE_URL)")
+		}
+	default:
+		p.add("store", "must be memory or postgres (or empty: postgres with database_url, else memory), not %q", c.Store)
+	}
+}
+
 // auditPageReserve is what a ListAuditEvents response needs besides its
 // events (framing, the page token).
 const auditPageReserve = 64 << 10
 
 func (c *Config) validateAudit(p *problems) {
-	switch maxPage := c.Server.MaxSendMessageBytes - auditPageReserve; {
-	case c.Audit.PageBytes < 16<<10:
-		p.add("audit.page_bytes", "must be at least 16384 (16 KiB), not %d", c.Audit.PageBytes)
-	case c.Audit.PageBytes > maxPage:
-		p.add("audit.page_bytes", "must be at most server.max_send_message_bytes less 64 KiB (%d), not %d", maxPage, c.Audit.PageBytes)
+	maxPage := c.Server.MaxSendMessageBytes - auditPageReserve
+	for key, v := range map[string]int{"audit.page_bytes": c.Audit.PageBytes, "approvals.page_bytes": c.Approvals.PageBytes} {
+		switch {
+		case v < 16<<10:
+			p.add(key, "must be at least 16384 (16 KiB), not %d", v)
+		case v > maxPage:
+			p.add(key, "must be at most server.max_send_message_bytes less 64 KiB (%d), not %d", maxPage, v)
+		}
+	}
+	// A parked call's arguments must fit whole in one GetApproval answer.
+	switch a := c.Parked.MaxArgumentBytes; {
+	case a < 1<<10:
+		p.add("parked.max_argument_bytes", "must be at least 1024 (1 KiB), not %d", a)
+	case a > maxPage:
+		p.add("parked.max_argument_bytes", "must be at most server.max_send_message_bytes less 64 KiB (%d), so that an approval's arguments can be read whole, not %d", maxPage, a)
+	}
+	if c.Parked.MaxCallsPerPrincipal < 0 {
+		p.add("parked.max_calls_per_principal", "must not be negative (0: no bound), not %d", c.Parked.MaxCallsPerPrincipal)
+	}
+	switch b := c.Parked.MaxBytesPerPrincipal; {
+	case b < 0:
+		p.add("parked.max_bytes_per_principal", "must not be negative (0: no bound), not %d", b)
+	case b > 0 && b < int64(c.Parked.MaxArgumentBytes):
+		p.add("parked.max_bytes_per_principal", "must be at least parked.max_argument_bytes (%d), or 0 for no bound, not %d", c.Parked.MaxArgumentBytes, b)
 	}
 	if c.Audit.Retention < 0 {
 		p.add("audit.retention", "must not be negative (0 keeps events forever), not %s", c.Audit.Retention)
@@ -489,16 +626,16 @@ func (c *Config) validatePrincipals(p *problems) {
 				p.add(fmt.Sprintf("%s.scopes[%d]", key, j), "must not be empty")
 			}
 		}
-		maxA, errMax := parseAutonomy(pc.MaxAutonomy, toolkit.AutonomyAutonomous)
-		if errMax != nil {
-			p.add(key+".max_autonomy", "%v", errMax)
+		def, errDef := parseAutonomy(pc.DefaultAutonomy, DefaultAutonomy)
+		if errDef != nil {
+			p.add(key+".default_autonomy", "%v", errDef)
 		}
-		if pc.DefaultAutonomy != "" {
-			def, err := parseAutonomy(pc.DefaultAutonomy, toolkit.AutonomySupervised)
+		if pc.MaxAutonomy != "" {
+			maxA, err := parseAutonomy(pc.MaxAutonomy, def)
 			switch {
 			case err != nil:
-				p.add(key+".default_autonomy", "%v", err)
-			case errMax == nil && def > maxA:
+				p.add(key+".max_autonomy", "%v", err)
+			case errDef == nil && pc.DefaultAutonomy != "" && def > maxA:
 				p.add(key+".default_autonomy", "%s is above max_autonomy %s", def, maxA)
 			}
 		}
@@ -531,11 +668,14 @@ func (c *Config) DevPrincipals() ([]*auth.Principal, error) {
 				pr.Roles = append(pr.Roles, role)
 			}
 		}
-		if pr.MaxAutonomy, err = parseAutonomy(pc.MaxAutonomy, toolkit.AutonomyAutonomous); err != nil {
-			return nil, fmt.Errorf("principals[%d].max_autonomy: %w", i, err)
-		}
-		if pr.DefaultAutonomy, err = parseAutonomy(pc.DefaultAutonomy, toolkit.AutonomySupervised); err != nil {
+		if pr.DefaultAutonomy, err = parseAutonomy(pc.DefaultAutonomy, DefaultAutonomy); err != nil {
 			return nil, fmt.Errorf("principals[%d].default_autonomy: %w", i, err)
+		}
+		// An unset maximum is the default: a principal asks for more
+		// autonomy than it gets by default only if the configuration says
+		// it may.
+		if pr.MaxAutonomy, err = parseAutonomy(pc.MaxAutonomy, pr.DefaultAutonomy); err != nil {
+			return nil, fmt.Errorf("principals[%d].max_autonomy: %w", i, err)
 		}
 		// An unset default never exceeds the maximum.
 		pr.DefaultAutonomy = min(pr.DefaultAutonomy, pr.MaxAutonomy)

@@ -311,6 +311,13 @@ principals:
     roles: [agent, agent]
     scopes: ["notes:read"]
     max_autonomy: assisted
+  - id: trusted-agent
+    roles: [agent]
+    default_autonomy: AUTONOMOUS
+  - id: bold-agent
+    roles: [agent]
+    default_autonomy: assisted
+    max_autonomy: autonomous
 `)})
 	if err != nil {
 		t.Fatal(err)
@@ -319,13 +326,19 @@ principals:
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An unset max_autonomy is the default autonomy: no more than a
+	// principal gets without asking, unless the configuration says so.
 	want := []*auth.Principal{
 		{ID: "approver-1", Roles: []auth.Role{auth.RoleApprover}, Scopes: []string{},
-			MaxAutonomy: toolkit.AutonomyAutonomous, DefaultAutonomy: toolkit.AutonomySupervised},
+			MaxAutonomy: toolkit.AutonomySupervised, DefaultAutonomy: toolkit.AutonomySupervised},
 		{ID: "cautious-agent", Roles: []auth.Role{auth.RoleAgent}, Scopes: []string{"notes:read"},
 			MaxAutonomy: toolkit.AutonomyAssisted, DefaultAutonomy: toolkit.AutonomyAssisted},
+		{ID: "trusted-agent", Roles: []auth.Role{auth.RoleAgent}, Scopes: []string{},
+			MaxAutonomy: toolkit.AutonomyAutonomous, DefaultAutonomy: toolkit.AutonomyAutonomous},
+		{ID: "bold-agent", Roles: []auth.Role{auth.RoleAgent}, Scopes: []string{},
+			MaxAutonomy: toolkit.AutonomyAutonomous, DefaultAutonomy: toolkit.AutonomyAssisted},
 	}
-	if len(ps) != 2 {
+	if len(ps) != len(want) {
 		t.Fatalf("got %d principals", len(ps))
 	}
 	for i := range want {

@@ -25,6 +25,7 @@ const (
 	FlagConfig          = "config"
 	FlagListen          = "listen"
 	FlagDatabaseURL     = "database-url"
+	FlagStore           = "store"
 	FlagMigrate         = "migrate"
 	FlagToolsFile       = "tools-file"
 	FlagDemoTools       = "demo-tools"
@@ -39,6 +40,7 @@ const (
 var flagKeys = map[string]string{
 	FlagListen:          "listen",
 	FlagDatabaseURL:     "database_url",
+	FlagStore:           "store",
 	FlagMigrate:         "migrate",
 	FlagToolsFile:       "tools_file",
 	FlagDemoTools:       "demo_tools",
@@ -57,9 +59,10 @@ func RegisterFlags(fs *pflag.FlagSet) {
 	fs.String(FlagConfig, "", "configuration file (YAML)")
 	fs.String(FlagListen, d.Listen, "gRPC listen address; loopback only while authentication is off")
 	fs.String(FlagDatabaseURL, "", "Postgres connection URL; empty uses the in-memory store")
+	fs.String(FlagStore, "", "store: memory or postgres (default: postgres with a database URL, else memory; with authentication on, memory must be asked for)")
 	fs.Bool(FlagMigrate, false, "apply pending database migrations at start")
 	fs.String(FlagToolsFile, "", "YAML file of tool definitions synced at start")
-	fs.Bool(FlagDemoTools, false, "register the demo tools (default: on with the memory store, off with Postgres)")
+	fs.Bool(FlagDemoTools, false, "register the demo tools (default: on with the memory store and authentication off, else off)")
 	fs.String(FlagLogLevel, d.Log.Level, "log level: debug, info, warn or error")
 	fs.String(FlagLogFormat, d.Log.Format, "log format: json or text")
 	fs.Duration(FlagShutdownTimeout, d.ShutdownTimeout, "how long in-flight calls may finish after SIGINT/SIGTERM")

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -49,4 +50,28 @@ func TestMetricsListen(t *testing.T) {
 		_, err := config.Load(config.Sources{Flags: flags("--metrics-listen", bad)})
 		requireProblem(t, problemsOf(t, err), "metrics.listen", bad[len(bad)-4:])
 	}
+}
+
+// TestConnectionLimits: the handshake timeout and the connection caps of
+// both listeners have defaults, come from the file or the environment, and
+// are refused when they would turn the limits off.
+func TestConnectionLimits(t *testing.T) {
+	d := config.Default()
+	if d.Server.HandshakeTimeout != 5*time.Second || d.Server.MaxConnections != 900 || d.Metrics.MaxConnections != 64 {
+		t.Fatalf("defaults: %s %d %d", d.Server.HandshakeTimeout, d.Server.MaxConnections, d.Metrics.MaxConnections)
+	}
+	cfg, err := config.Load(config.Sources{File: writeFile(t, "c.yaml", "server: {handshake_timeout: 2s, max_connections: 100}\n"),
+		Env: envOf(map[string]string{"TOOLSVC_METRICS_MAX_CONNECTIONS": "8"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Server.HandshakeTimeout != 2*time.Second || cfg.Server.MaxConnections != 100 || cfg.Metrics.MaxConnections != 8 {
+		t.Fatalf("not applied: %s %d %d", cfg.Server.HandshakeTimeout, cfg.Server.MaxConnections, cfg.Metrics.MaxConnections)
+	}
+	_, err = config.Load(config.Sources{File: writeFile(t, "c.yaml",
+		"server: {handshake_timeout: 0s, max_connections: 0}\nmetrics: {max_connections: -1}\n")})
+	ps := problemsOf(t, err)
+	requireProblem(t, ps, "server.handshake_timeout", "100ms")
+	requireProblem(t, ps, "server.max_connections", "positive")
+	requireProblem(t, ps, "metrics.max_connections", "positive")
 }

@@ -421,7 +421,7 @@ func TestToolHealth(t *testing.T) {
 		_, err := e.health.GetToolHealth(ops, &toolsvcv1.GetToolHealthRequest{Tool: "no-such-tool"})
 		wantError(t, err, codes.NotFound, "TOOL_NOT_FOUND")
 		allTools := listNames(&toolsvcv1.ListToolHealthRequest{})
-		if len(allTools) != 16 || !strings.HasPrefix(strings.Join(allTools, ","), "clock,echo,flaky,notes,pipeline,risk-critical,") {
+		if len(allTools) != 19 || !strings.HasPrefix(strings.Join(allTools, ","), "bulk,bulk-pv,clock,echo,flaky,notes,pipeline,release,risk-critical,") {
 			t.Fatalf("tools %v", allTools)
 		}
 		if paged := listNames(&toolsvcv1.ListToolHealthRequest{PageSize: 4}); !slices.Equal(paged, allTools) {
@@ -490,11 +490,13 @@ func TestToolHealth(t *testing.T) {
 		}
 		e.wantEvents(t, ctx, "oncall", "health.changed", "health.changed")
 
-		// Five tool errors in a row open the circuit: refused with the
-		// cool-down as RetryInfo, then one probe after it, which heals.
+		// Five tool errors in a row, of two principals' calls, open the
+		// circuit: refused with the cool-down as RetryInfo, then one probe
+		// after it, which heals.
 		const p = "breaker"
 		for i := range 5 {
-			e.mustCall(t, ctx, p, req(t, "flaky", "run", map[string]any{"mode": "error", "note": string(rune('a' + i))}, ""), failed)
+			who := []string{p, "breaker-2"}[i%2]
+			e.mustCall(t, ctx, who, req(t, "flaky", "run", map[string]any{"mode": "error", "note": string(rune('a' + i))}, ""), failed)
 		}
 		fh := get("flaky")
 		if fh.Status != toolsvcv1.HealthStatus_HEALTH_STATUS_UNAVAILABLE || fh.ConsecutiveErrors != 5 || fh.CooldownEndTime == nil || fh.Drained {
@@ -508,7 +510,7 @@ func TestToolHealth(t *testing.T) {
 		if n := e.flaky.Executions(); n != 5 {
 			t.Fatalf("flaky ran %d times", n)
 		}
-		changes := e.events(t, ctx, store.AuditFilter{Principal: p, Types: []string{"health.changed"}})
+		changes := e.events(t, ctx, store.AuditFilter{Tool: "flaky", Types: []string{"health.changed"}})
 		var statuses []string
 		for _, ev := range changes {
 			statuses = append(statuses, detail(ev, "to"))

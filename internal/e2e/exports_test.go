@@ -117,8 +117,8 @@ func TestExportGoldens(t *testing.T) {
 				got = resp.GetGuidanceMarkdown()
 			} else {
 				var parsed []map[string]any
-				if err := json.Unmarshal([]byte(resp.GetToolsJson()), &parsed); err != nil || len(parsed) != 14 {
-					t.Fatalf("%s: not an array of 14 definitions: %v", g.file, err)
+				if err := json.Unmarshal([]byte(resp.GetToolsJson()), &parsed); err != nil || len(parsed) != 15 {
+					t.Fatalf("%s: not an array of 15 definitions: %v", g.file, err)
 				}
 			}
 			if len(resp.GetOmitted()) != 0 || len(resp.GetWarnings()) != 0 {
@@ -356,7 +356,7 @@ func TestToolsetsThroughTheAPI(t *testing.T) {
 		for _, e := range x.GetTools() {
 			names = append(names, e.GetName())
 		}
-		if got := strings.Join(names, ","); got != "clock__now,echo,flaky__run,pipeline__test,pipeline__deploy" {
+		if got := strings.Join(names, ","); got != "clock__now,echo,flaky__run,pipeline__test,pipeline__deploy,release__run" {
 			t.Fatalf("export with docs disabled: %s", got)
 		}
 		_, err = reg.ExportTools(op, &toolsvcv1.ExportToolsRequest{Format: toolsvcv1.ExportFormat_EXPORT_FORMAT_MCP, Toolset: "docs"})

@@ -124,6 +124,12 @@ type env struct {
 // calling again).
 func newEnv(t *testing.T, backend string, tweak func(*config.Config)) *env {
 	t.Helper()
+	return newEnvWith(t, backend, tweak)
+}
+
+// newEnvWith is newEnv also serving extra tools (connector "e2e-extra").
+func newEnvWith(t *testing.T, backend string, tweak func(*config.Config), extra ...toolkit.Tool) *env {
+	t.Helper()
 	cfg := apptest.Config(t, backend)
 	off := false
 	cfg.DemoTools = &off
@@ -146,8 +152,16 @@ func newEnv(t *testing.T, backend string, tweak func(*config.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	providers := []tools.Provider{e.demo, tp}
+	if len(extra) > 0 {
+		xp, err := native.NewProvider("e2e-extra", extra...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		providers = append(providers, xp)
+	}
 	e.conn, e.app = apptest.Start(t, cfg, app.Options{
-		ExtraProviders: []tools.Provider{e.demo, tp},
+		ExtraProviders: providers,
 		Now:            e.clock.Now,
 	})
 	e.exec = toolsvcv1.NewToolExecutionServiceClient(e.conn)
@@ -278,6 +292,14 @@ func testTools() []testTool {
 	spare := mk("spare", toolkit.RiskLow)
 	spare.def.AuditPayloads = false
 	out = append(out, spare, versioned)
+	// "bulk" takes arguments of any size (content), HIGH risk; "bulk-pv"
+	// can preview.
+	bulkSchema := toolkit.JSON(`{"type": "object", "properties": {"content": {"type": "string"}, "note": {"type": "string"}}}`)
+	bulk, bulkPV := mk("bulk", toolkit.RiskHigh), mk("bulk-pv", toolkit.RiskHigh)
+	bulk.def.AuditPayloads, bulkPV.def.AuditPayloads = false, false
+	bulk.def.Actions = []toolkit.Action{{Name: "act", Description: "Act once.", InputSchema: bulkSchema}}
+	bulkPV.def.Actions = bulk.def.Actions
+	out = append(out, bulk, previewTool{bulkPV})
 	slow := mk("slowcheck", toolkit.RiskLow)
 	slow.def.Actions = []toolkit.Action{
 		{Name: "read", Description: "Read.", ResourceArgument: "path",

@@ -20,7 +20,7 @@ func (e *Executor) event(c *call, typ string, o store.Outcome, detail map[string
 		Time: e.now(), CallID: c.callID, TraceID: c.req.TraceID, TaskID: c.req.TaskID, StepID: c.req.StepID,
 		Principal: principal, Tool: c.req.Tool, Action: c.req.Action,
 		Risk: c.risk, Decision: c.decision, Outcome: o,
-	}, detail, e.opts.AuditDetailMaxBytes)
+	}, audit.WithParent(detail, c.parentOf()), e.opts.AuditDetailMaxBytes)
 }
 
 // withArgs adds the call's arguments to an event's detail when the tool

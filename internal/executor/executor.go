@@ -8,9 +8,10 @@
 //
 // Storage costs on the hot path: one commit to reserve and one to record,
 // audit events riding in them. The idempotency lookup is folded into the
-// reservation (ClaimCall answers the record holding the key); calls refused
-// or parked before the tool read the key first, so that a stored answer wins
-// over the refusal. A replay costs the claim's read and its audit event.
+// reservation (ClaimCall answers the record holding the key); every other
+// way a request ends after the lookup is a verdict (verdict.go), and reads
+// the key first, so that a stored answer wins over the refusal. A replay
+// costs the claim's read and its audit event.
 package executor
 
 import (
@@ -67,6 +68,17 @@ type Options struct {
 	// AuditDetailMaxBytes bounds the detail of each event of a call.
 	// Default audit.DefaultDetailMaxBytes.
 	AuditDetailMaxBytes int
+
+	// NestedMaxDepth bounds how deeply calls nest (a call's steps are at
+	// depth 1). Default DefaultNestedMaxDepth.
+	NestedMaxDepth int
+	// MaxParkedArgumentBytes bounds the arguments of a call that waits for
+	// an approval or a preview (a larger one is refused
+	// ARGUMENTS_TOO_LARGE); 0: no bound.
+	MaxParkedArgumentBytes int
+	// ParkLimits bound what each principal may have parked at once
+	// (TOO_MANY_PARKED_CALLS past them); zero fields: no bound.
+	ParkLimits store.ParkLimits
 }
 
 // Executor runs tool calls.
@@ -125,6 +137,9 @@ func New(o Options) (*Executor, error) {
 	}
 	if o.AuditDetailMaxBytes <= 0 {
 		o.AuditDetailMaxBytes = audit.DefaultDetailMaxBytes
+	}
+	if o.NestedMaxDepth <= 0 {
+		o.NestedMaxDepth = DefaultNestedMaxDepth
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -239,7 +254,7 @@ type call struct {
 	// rounds counts re-reads of a record that moved under this request.
 	rounds int
 	// unread: the idempotency lookup was put off to the claim (claimFirst);
-	// a refusal reads the key first (readDeferred).
+	// every other exit reads the key first (conclude, readDeferred).
 	unread bool
 	// callerDeadline: the tool's deadline is the caller's, nearer than the
 	// tool's own timeout.
@@ -247,14 +262,25 @@ type call struct {
 	// exported is the exported name the call was made by (tool = the name,
 	// action empty), "" for a call by tool and action.
 	exported string
+	// nest is set on a nested call: what it inherits from its parent.
+	nest *nesting
+	// childToken is a preview token this call's request presented for one
+	// of its steps (the call is parked behind that step's preview): its
+	// steps get it (nesting.previewToken).
+	childToken string
 }
 
 // Execute runs one call through the pipeline. Decisions the agent must act
 // on come back as a Response; caller and protocol problems as *fault.Error.
-func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) (resp *Response, err error) {
-	c := &call{req: req, principal: p}
+func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) (*Response, error) {
+	return e.pipeline(ctx, &call{req: req, principal: p})
+}
+
+// pipeline runs c, a request or a nested call (c.nest), through the
+// pipeline.
+func (e *Executor) pipeline(ctx context.Context, c *call) (resp *Response, err error) {
 	resolveErr := e.resolveExported(c)
-	req = c.req
+	p, req := c.principal, c.req
 	ctx, observed := e.observeCall(ctx, c)
 	defer func() { observed(resp, err) }()
 	if p == nil {
@@ -267,6 +293,9 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 	// The envelope: names, key, context ids, arguments.
 	if err := e.checkEnvelope(ctx, c); err != nil {
 		return nil, err
+	}
+	if err := e.checkNesting(c); err != nil {
+		return nil, e.reject(ctx, c, err)
 	}
 
 	// 2. Registry lookup, served from the cache; health refusals.
@@ -302,6 +331,10 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 
 	// 3. Scopes: granted = principal ∩ request; every required scope held.
 	c.granted = p.GrantedScopes(req.Scopes)
+	if c.nest != nil {
+		// A step holds what its parent held, never more.
+		c.granted = slices.Clone(c.nest.granted)
+	}
 	if missing := missingScopes(c.tool.RequiredScopes, c.granted); len(missing) > 0 {
 		ferr := fault.ScopeViolation(c.tool.Name, missing)
 		return nil, e.refuse(ctx, c, audit.ScopeViolation, ferr,
@@ -370,27 +403,34 @@ func (e *Executor) claimFirst(c *call) bool {
 }
 
 // proceed continues after the idempotency lookup (fresh: the key was not
-// found): the checks that need what the lookup found, then evaluate.
+// found): judge the call, then end the request as judged.
 func (e *Executor) proceed(ctx context.Context, c *call, fresh bool) (*Response, error) {
+	return e.conclude(ctx, c, e.judge(ctx, c, fresh))
+}
+
+// judge runs the checks that need what the lookup found, then evaluate.
+func (e *Executor) judge(ctx context.Context, c *call, fresh bool) verdict {
 	// A new key has no approval: any approval_id is another call's (resume
 	// checks the others).
 	if fresh && c.req.ApprovalID != "" {
-		return nil, e.reject(ctx, c, fault.ForeignApproval(c.req.ApprovalID, "", c.key))
+		return e.refusal(c, fault.ForeignApproval(c.req.ApprovalID, "", c.key))
 	}
 	// Health refusals (DESIGN §2 step 2) apply to calls that will reach the
 	// tool. They are checked after the idempotency lookup, not before: a
 	// replay or a parked call's answer never touches the tool, so an
 	// unavailable or rate-limited tool is no reason to withhold it.
-	if err := e.health.Check(c.req.Tool); err != nil {
-		if resp, found, rerr := e.readDeferred(ctx, c); found {
-			return resp, rerr
-		}
-		return nil, e.reject(ctx, c, err)
+	err := e.health.Check(c.req.Tool)
+	if err == nil {
+		// The caller's own calls of the tool may be failing while it
+		// serves others (docs/pipeline.md#tool-health).
+		err = e.health.CheckCaller(c.req.Tool, c.principal.ID)
 	}
-	if c.req.PreviewToken != "" && c.preview == nil {
-		return nil, e.reject(ctx, c, fault.PreviewTokenMismatch(c.key, true))
+	if err != nil {
+		return e.refusal(c, err)
 	}
-
+	if c.req.PreviewToken != "" && c.preview == nil && c.childToken == "" {
+		return e.refusal(c, fault.PreviewTokenMismatch(c.key, true))
+	}
 	return e.evaluate(ctx, c)
 }
 
@@ -434,8 +474,9 @@ func (c *call) unevaluate() {
 	c.callID, c.risk, c.decision, c.escalated, c.adjusters, c.callerDeadline = "", 0, "", false, nil, false
 }
 
-// evaluate runs steps 5–13 for a new call or a parked call that may go on.
-func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
+// evaluate runs steps 5–9 for a new call or a parked call that may go on,
+// and says how the request ends: a refusal, a park, or steps 10–13 (run).
+func (e *Executor) evaluate(ctx context.Context, c *call) verdict {
 	now := e.now()
 	if c.callID == "" {
 		c.callID = newID()
@@ -443,20 +484,14 @@ func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
 
 	// 5. Arguments: a failure is the model's to correct, not an RPC error.
 	if err := c.entry.ValidateValue(c.action.Name, c.argsValue); err != nil {
-		if resp, found, err := e.readDeferred(ctx, c); found {
-			return resp, err
-		}
 		msg := err.Error()
 		var aerr *registry.ArgumentError
 		if !errors.As(err, &aerr) {
 			e.log.Error("argument validation could not run", "tool", c.tool.Name, "action", c.action.Name, "err", err)
 			msg = "the arguments could not be validated: the tool's schema is unusable on this server"
 		}
-		detail := map[string]any{"reason": "ARGUMENTS_INVALID", "message": msg}
-		if err := e.appendEvents(ctx, e.event(c, audit.ToolCallRejected, store.OutcomeFailed, detail)); err != nil {
-			return nil, err
-		}
-		return e.answer(c, store.OutcomeFailed, &store.Result{Success: false, Message: "invalid arguments: " + msg}), nil
+		return e.ruling(c, audit.ToolCallRejected, store.OutcomeFailed,
+			map[string]any{"reason": "ARGUMENTS_INVALID", "message": msg}, "invalid arguments: "+msg)
 	}
 
 	// 6. Policies, against the principal's task history. Fail closed.
@@ -464,26 +499,18 @@ func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
 		Tool: c.tool, Action: c.action.Name, PrincipalID: c.principal.ID, TaskID: c.req.TaskID,
 		Arguments: c.args, Exists: e.existsFunc(c),
 	})
-	if pd.Err != nil || !pd.Allowed {
-		if resp, found, err := e.readDeferred(ctx, c); found {
-			return resp, err
-		}
-	}
 	if pd.Err != nil {
 		if errors.Is(pd.Err, store.ErrUnavailable) || ctx.Err() != nil {
 			// The history could not be read: the call does not run (fail
 			// closed), but it was not denied either.
-			return nil, e.storeErr(ctx, c, pd.Err)
+			return e.failure(c, pd.Err)
 		}
 		e.log.Error("a policy could not decide; the call is denied", "tool", c.tool.Name, "action", c.action.Name,
 			"policy", pd.Policy, "err", pd.Err)
 	}
 	if !pd.Allowed {
-		if err := e.appendEvents(ctx, e.event(c, audit.PolicyDenied, store.OutcomeDenied,
-			map[string]any{"policy": pd.Policy, "message": pd.Message})); err != nil {
-			return nil, err
-		}
-		return e.answer(c, store.OutcomeDenied, &store.Result{Success: false, Message: pd.Message}), nil
+		return e.ruling(c, audit.PolicyDenied, store.OutcomeDenied,
+			map[string]any{"policy": pd.Policy, "message": pd.Message}, pd.Message)
 	}
 
 	// 7. Risk: action ?? tool default, raised by adjusters.
@@ -508,25 +535,16 @@ func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
 	// 8. Gate.
 	c.decision, c.escalated = e.gate.Decide(c.autonomy, c.risk, e.canPreview(c))
 	if c.decision == store.DecisionDeny {
-		if resp, found, err := e.readDeferred(ctx, c); found {
-			return resp, err
-		}
 		msg := fmt.Sprintf("the gate denies %s risk calls at %s autonomy", c.risk, c.autonomy)
-		if err := e.appendEvents(ctx, e.event(c, audit.GateDenied, store.OutcomeDenied,
-			withAdjusters(c, map[string]any{"message": msg, "base_risk": cl.Base.String()}))); err != nil {
-			return nil, err
-		}
-		return e.answer(c, store.OutcomeDenied, &store.Result{Success: false, Message: msg}), nil
+		return e.ruling(c, audit.GateDenied, store.OutcomeDenied,
+			withAdjusters(c, map[string]any{"message": msg, "base_risk": cl.Base.String()}), msg)
 	}
 
 	// 9. Deadline: refuse before anything is reserved. Context deadlines are
 	// wall-clock times: compare them with the wall clock, not e.now (an
 	// injected clock may be anywhere).
 	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-		if resp, found, err := e.readDeferred(ctx, c); found {
-			return resp, err
-		}
-		return nil, e.reject(ctx, c, fault.DeadlinePassed("before the call could be reserved"))
+		return e.refusal(c, fault.DeadlinePassed("before the call could be reserved"))
 	}
 
 	switch {
@@ -534,57 +552,55 @@ func (e *Executor) evaluate(ctx context.Context, c *call) (*Response, error) {
 		// Risk rose above what was approved (an adjuster saw something new):
 		// the approval does not cover it. Give it up, with its event, and
 		// park the key behind a new approval at the present risk.
-		old := c.approval
-		wctx, cancel := detached(ctx)
-		_, err := e.st.ReleaseParkedCall(wctx, store.ReleaseParkedCallParams{
-			CallID: c.parked.ID, From: store.CallAwaitingApproval, ApprovalState: store.ApprovalInvalidated,
-			Now: now, ExpiresAt: now.Add(e.idem.Retention),
-			Events: []store.AuditEvent{e.event(c, audit.ApprovalInvalidated, "", withAdjusters(c, map[string]any{
-				"approval_id": old.ID, "reason": "risk_rose", "approved_risk": old.Risk.String(), "risk": c.risk.String(),
-			}))},
+		return going(func(ctx context.Context) (*Response, error) {
+			old := c.approval
+			wctx, cancel := detached(ctx)
+			_, err := e.st.ReleaseParkedCall(wctx, store.ReleaseParkedCallParams{
+				CallID: c.parked.ID, From: store.CallAwaitingApproval, ApprovalState: store.ApprovalInvalidated,
+				Now: now, ExpiresAt: now.Add(e.idem.Retention),
+				Events: []store.AuditEvent{e.event(c, audit.ApprovalInvalidated, "", withAdjusters(c, map[string]any{
+					"approval_id": old.ID, "reason": "risk_rose", "approved_risk": old.Risk.String(), "risk": c.risk.String(),
+				}))},
+			})
+			cancel()
+			if err != nil && !errors.Is(err, store.ErrConflict) {
+				return nil, e.storeErr(ctx, c, err)
+			}
+			c.approval, c.parked = nil, nil
+			return e.parkForApproval(ctx, c, "replaces_approval_id", old.ID, "approved_risk", old.Risk.String())
 		})
-		cancel()
-		if err != nil && !errors.Is(err, store.ErrConflict) {
-			return nil, e.storeErr(ctx, c, err)
-		}
-		c.approval, c.parked = nil, nil
-		return e.parkForApproval(ctx, c, "replaces_approval_id", old.ID, "approved_risk", old.Risk.String())
 	case c.approval != nil:
 		// An approved approval covers whatever the gate asks short of DENY,
 		// at the risk it was given for or below.
-		return e.run(ctx, c)
+		return going(func(ctx context.Context) (*Response, error) { return e.run(ctx, c) })
 	case c.preview != nil && c.decision != store.DecisionConfirm:
-		return e.run(ctx, c)
+		return going(func(ctx context.Context) (*Response, error) { return e.run(ctx, c) })
 	case c.preview != nil:
 		// Risk rose since the preview: it no longer suffices. Give the
 		// preview up (with its event, like every other preview expiry) and
 		// park the key behind an approval instead.
-		wctx, cancel := detached(ctx)
-		_, err := e.st.ReleaseParkedCall(wctx, store.ReleaseParkedCallParams{
-			CallID: c.parked.ID, From: store.CallAwaitingPreview, PreviewState: store.PreviewExpired,
-			Now: now, ExpiresAt: now.Add(e.idem.Retention),
-			Events: []store.AuditEvent{e.event(c, audit.PreviewExpired, "", map[string]any{
-				"expire_time": c.preview.ExpiresAt, "reason": "risk_rose", "risk": c.risk.String(),
-			})},
-		})
-		cancel()
-		if err != nil && !errors.Is(err, store.ErrConflict) {
-			return nil, e.storeErr(ctx, c, err)
-		}
-		c.preview, c.parked = nil, nil
-		return e.parkForApproval(ctx, c)
-	case c.decision == store.DecisionConfirm, c.decision == store.DecisionPreview:
-		// Parking is no refusal, but a retry of a parked call is answered
-		// from its record, not parked again (and a preview asks the tool).
-		if resp, found, err := e.readDeferred(ctx, c); found {
-			return resp, err
-		}
-		if c.decision == store.DecisionConfirm {
+		return going(func(ctx context.Context) (*Response, error) {
+			wctx, cancel := detached(ctx)
+			_, err := e.st.ReleaseParkedCall(wctx, store.ReleaseParkedCallParams{
+				CallID: c.parked.ID, From: store.CallAwaitingPreview, PreviewState: store.PreviewExpired,
+				Now: now, ExpiresAt: now.Add(e.idem.Retention),
+				Events: []store.AuditEvent{e.event(c, audit.PreviewExpired, "", map[string]any{
+					"expire_time": c.preview.ExpiresAt, "reason": "risk_rose", "risk": c.risk.String(),
+				})},
+			})
+			cancel()
+			if err != nil && !errors.Is(err, store.ErrConflict) {
+				return nil, e.storeErr(ctx, c, err)
+			}
+			c.preview, c.parked = nil, nil
 			return e.parkForApproval(ctx, c)
-		}
-		return e.parkForPreview(ctx, c)
+		})
+	case c.decision == store.DecisionConfirm:
+		return parking(func(ctx context.Context) (*Response, error) { return e.parkForApproval(ctx, c) })
+	case c.decision == store.DecisionPreview:
+		return parking(func(ctx context.Context) (*Response, error) { return e.parkForPreview(ctx, c) })
 	default:
-		return e.run(ctx, c)
+		return e.reservation(ctx, c)
 	}
 }
 
@@ -614,6 +630,9 @@ func (e *Executor) checkEnvelope(ctx context.Context, c *call) error {
 	}
 	if r.Autonomy != toolkit.AutonomyUnspecified && !r.Autonomy.Valid() {
 		v.Add("context.autonomy_level", "unknown autonomy level")
+	}
+	if c.nest != nil && !stepPattern.MatchString(r.StepID) {
+		v.Add("step.id", "a step's id must match %s", stepPattern)
 	}
 	for i, s := range r.Scopes {
 		field := fmt.Sprintf("context.scopes[%d]", i)
@@ -645,6 +664,9 @@ func (e *Executor) checkEnvelope(ctx context.Context, c *call) error {
 		c.key = idempotency.NewKey()
 	}
 	c.autonomy = gate.EffectiveAutonomy(r.Autonomy, c.principal)
+	if c.nest != nil && c.nest.autonomy < c.autonomy {
+		c.autonomy = c.nest.autonomy // never above the parent's
+	}
 	return nil
 }
 
@@ -685,6 +707,7 @@ func (e *Executor) toolCall(c *call, attempt int, deadline time.Time, beat func(
 		IdempotencyKey: c.key, TraceID: c.req.TraceID, TaskID: c.req.TaskID, StepID: c.req.StepID,
 		Attempt: attempt, Autonomy: c.autonomy, GrantedScopes: slices.Clone(c.granted),
 		Deadline: deadline, Arguments: slices.Clone(c.args), OnHeartbeat: beat,
+		ParentCallID: c.parentOf(),
 	}
 }
 

@@ -5,11 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/audit"
+	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
@@ -21,6 +23,9 @@ const maxPreviewTime = 30 * time.Second
 // parkForApproval claims the key in AWAITING_APPROVAL with a new approval
 // bound to requester, tool, action, tool version, fingerprint and key.
 func (e *Executor) parkForApproval(ctx context.Context, c *call, extra ...any) (*Response, error) {
+	if err := e.parkable(ctx, c); err != nil {
+		return nil, err
+	}
 	now := e.now()
 	ttl := c.tool.ApprovalTTL
 	if ttl <= 0 {
@@ -31,7 +36,7 @@ func (e *Executor) parkForApproval(ctx context.Context, c *call, extra ...any) (
 		ToolVersion: c.tool.Version, Arguments: c.args, Fingerprint: c.fingerprint, IdempotencyKey: c.key,
 		Risk: c.risk, TraceID: c.req.TraceID, TaskID: c.req.TaskID, StepID: c.req.StepID,
 		State: store.ApprovalPending, CreatedAt: now, ExpiresAt: now.Add(ttl),
-		ToolIncarnation: c.tool.Incarnation,
+		ToolIncarnation: c.tool.Incarnation, ParentCallID: c.parentOf(),
 	}
 	rec := e.newRecord(c, store.CallAwaitingApproval, now)
 	rec.ApprovalID = ap.ID
@@ -43,10 +48,11 @@ func (e *Executor) parkForApproval(ctx context.Context, c *call, extra ...any) (
 	}
 	ev := e.event(c, audit.GateRequired, store.OutcomeApprovalRequired, e.withArgs(c, detail))
 	wctx, cancel := detached(ctx)
-	held, claimed, err := e.st.ClaimCall(wctx, store.ClaimCallParams{Call: rec, Approval: ap, Events: []store.AuditEvent{ev}})
+	held, claimed, err := e.st.ClaimCall(wctx, store.ClaimCallParams{Call: rec, Approval: ap, Events: []store.AuditEvent{ev},
+		Limits: e.opts.ParkLimits})
 	cancel()
 	if err != nil {
-		return nil, e.storeErr(ctx, c, err)
+		return nil, e.parkErr(ctx, c, err)
 	}
 	if !claimed {
 		return e.lostClaim(ctx, c, held)
@@ -59,6 +65,9 @@ func (e *Executor) parkForApproval(ctx context.Context, c *call, extra ...any) (
 // in AWAITING_PREVIEW with a token bound to fingerprint and key. A preview
 // that fails escalates to an approval (fail safe).
 func (e *Executor) parkForPreview(ctx context.Context, c *call) (*Response, error) {
+	if err := e.parkable(ctx, c); err != nil {
+		return nil, err
+	}
 	pr, err := e.runPreview(ctx, c)
 	var value json.RawMessage
 	if err == nil && pr.Value != nil {
@@ -79,7 +88,7 @@ func (e *Executor) parkForPreview(ctx context.Context, c *call) (*Response, erro
 		Fingerprint: c.fingerprint, Tool: c.tool.Name, Action: c.action.Name, ToolVersion: c.tool.Version,
 		Message: toolText(pr.Message), Value: value, State: store.PreviewPending,
 		CreatedAt: now, ExpiresAt: now.Add(e.opts.PreviewTTL),
-		ToolIncarnation: c.tool.Incarnation,
+		ToolIncarnation: c.tool.Incarnation, ParentCallID: c.parentOf(),
 	}
 	rec := e.newRecord(c, store.CallAwaitingPreview, now)
 	rec.PreviewToken = pv.Token
@@ -89,16 +98,38 @@ func (e *Executor) parkForPreview(ctx context.Context, c *call) (*Response, erro
 	}
 	ev := e.event(c, audit.GatePreviewRequired, store.OutcomePreviewRequired, e.withArgs(c, detail))
 	wctx, cancel := detached(ctx)
-	held, claimed, err := e.st.ClaimCall(wctx, store.ClaimCallParams{Call: rec, Preview: pv, Events: []store.AuditEvent{ev}})
+	held, claimed, err := e.st.ClaimCall(wctx, store.ClaimCallParams{Call: rec, Preview: pv, Events: []store.AuditEvent{ev},
+		Limits: e.opts.ParkLimits})
 	cancel()
 	if err != nil {
-		return nil, e.storeErr(ctx, c, err)
+		return nil, e.parkErr(ctx, c, err)
 	}
 	if !claimed {
 		return e.lostClaim(ctx, c, held)
 	}
 	c.callID, pv.CallID = held.ID, held.ID
 	return e.previewResponse(c, pv), nil
+}
+
+// parkable refuses to park a call whose arguments are larger than may be
+// parked: an approver could not judge them, and each parked call holds
+// them until it is resolved or expires.
+func (e *Executor) parkable(ctx context.Context, c *call) error {
+	if n := e.opts.MaxParkedArgumentBytes; n > 0 && len(c.args) > n {
+		return e.reject(ctx, c, fault.ArgumentsTooLarge(len(c.args), n))
+	}
+	return nil
+}
+
+// parkErr answers a parking claim that failed: past the principal's park
+// limits (nothing was written: refused and audited), or a store error.
+func (e *Executor) parkErr(ctx context.Context, c *call, err error) error {
+	var le *store.ParkLimitError
+	if errors.As(err, &le) {
+		return e.reject(ctx, c, fault.TooManyParkedCalls(le.Principal, le.Calls, le.Bytes,
+			le.Limits.MaxCalls, le.Limits.MaxBytes, le.CallsExceeded()))
+	}
+	return e.storeErr(ctx, c, err)
 }
 
 // runPreview calls the tool's Preview with a bounded time, recovering panics.
@@ -136,7 +167,7 @@ func (e *Executor) lostClaim(ctx context.Context, c *call, held *store.Call) (*R
 	if !goOn {
 		return resp, err
 	}
-	return e.evaluate(ctx, c)
+	return e.conclude(ctx, c, e.evaluate(ctx, c))
 }
 
 // newRecord builds the call record claimed for c.
@@ -147,6 +178,7 @@ func (e *Executor) newRecord(c *call, state store.CallState, now time.Time) *sto
 		TraceID: c.req.TraceID, TaskID: c.req.TaskID, StepID: c.req.StepID,
 		Risk: c.risk, Decision: c.decision,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(e.idem.Retention),
+		ParentCallID: c.parentOf(),
 	}
 	if state == store.CallInProgress {
 		rec.AttemptCount = 1 // the store sets the lease (ClaimCallParams.Lease)

@@ -44,36 +44,35 @@ type recorded struct {
 //   - the executor closed first: an error; the lease lapses and the reaper
 //     records UNKNOWN (the tool did run).
 func (e *Executor) persist(base context.Context, c *call, rec *store.Call, o finished) recorded {
-	p := o.params
 	invalid := 0
 	for wait := retryMin; ; wait = min(2*wait, retryMax) {
 		ctx, cancel := e.lifeContext(base)
-		_, err := e.st.FinishCall(ctx, p)
+		err := o.write(ctx, e.st)
 		cancel()
 		switch {
 		case err == nil:
 			o.commit()
 			return recorded{resp: o.resp, err: o.answer}
 		case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
-			r, err := e.readBack(base, rec, p, o)
+			r, err := e.readBack(base, rec, o)
 			if err == nil {
 				return r
 			}
 			e.log.Warn("could not read back a call whose outcome could not be recorded; retrying", "call_id", rec.ID, "err", err)
 		case errors.Is(err, store.ErrUnavailable):
-			e.log.Warn("could not record a call's outcome; retrying", "call_id", rec.ID, "state", p.State,
+			e.log.Warn("could not record a call's outcome; retrying", "call_id", rec.ID, "state", o.state(),
 				"retry_in", wait.String(), "err", err)
 		default:
 			invalid++
-			e.log.Error("the store refused a call's outcome", "call_id", rec.ID, "state", p.State, "err", err)
+			e.log.Error("the store refused a call's outcome", "call_id", rec.ID, "state", o.state(), "err", err)
 			if invalid >= maxInvalidRecords {
-				p, o = fallback(p, o)
+				o = fallback(o)
 			}
 		}
 		select {
 		case <-e.life.Done():
 			e.log.Error("the server stopped before a call's outcome could be recorded; the reaper will record it UNKNOWN",
-				"call_id", rec.ID, "state", p.State)
+				"call_id", rec.ID, "state", o.state())
 			return recorded{err: fault.StoreUnavailable(errors.New("the outcome could not be recorded before shutdown"))}
 		case <-time.After(wait):
 		}
@@ -82,7 +81,7 @@ func (e *Executor) persist(base context.Context, c *call, rec *store.Call, o fin
 
 // readBack decides, from the stored record, what a FinishCall that found
 // the call in another state means.
-func (e *Executor) readBack(base context.Context, rec *store.Call, p store.FinishCallParams, o finished) (recorded, error) {
+func (e *Executor) readBack(base context.Context, rec *store.Call, o finished) (recorded, error) {
 	ctx, cancel := e.lifeContext(base)
 	defer cancel()
 	cur, err := e.st.GetCall(ctx, rec.ID)
@@ -92,7 +91,7 @@ func (e *Executor) readBack(base context.Context, rec *store.Call, p store.Finis
 	if err != nil {
 		return recorded{}, err
 	}
-	if landed(cur, p) {
+	if o.landed(cur) {
 		o.commit()
 		return recorded{resp: o.resp, err: o.answer}, nil
 	}
@@ -117,27 +116,44 @@ func landed(cur *store.Call, p store.FinishCallParams) bool {
 	return p.State == store.CallReleased && cur.AttemptCount > p.Attempt
 }
 
+// state is the state o records, for logs.
+func (o finished) state() store.CallState {
+	if o.park != nil {
+		return store.CallAwaitingApproval
+	}
+	return o.params.State
+}
+
 // fallback replaces an outcome the store refuses with one it can hold: the
 // same state, without the tool's text and value.
-func fallback(p store.FinishCallParams, o finished) (store.FinishCallParams, finished) {
+func fallback(o finished) finished {
 	r := &store.Result{Message: "the tool's result could not be stored"}
-	if p.Result != nil {
-		r.Success = p.Result.Success
+	events := func(evs []store.AuditEvent) []store.AuditEvent {
+		out := make([]store.AuditEvent, len(evs))
+		for i, ev := range evs {
+			ev.Detail = audit.EncodeDetail(map[string]any{"message": r.Message, "fallback": true}, audit.DefaultDetailMaxBytes)
+			out[i] = ev
+		}
+		return out
 	}
-	p.Result = r
-	p.History = nil
-	events := make([]store.AuditEvent, len(p.Events))
-	for i, ev := range p.Events {
-		ev.Detail = audit.EncodeDetail(map[string]any{"message": r.Message, "fallback": true}, audit.DefaultDetailMaxBytes)
-		events[i] = ev
+	if o.park != nil {
+		pp := *o.park
+		pp.Result, pp.Events = r, events(pp.Events)
+		o.park = &pp
+	} else {
+		p := o.params
+		if p.Result != nil {
+			r.Success = p.Result.Success
+		}
+		p.Result, p.History, p.Events = r, nil, events(p.Events)
+		o.params = p
 	}
-	p.Events = events
 	if o.resp != nil {
 		resp := *o.resp
 		resp.Result = r
 		o.resp = &resp
 	}
-	return p, o
+	return o
 }
 
 // retryStore runs op until it succeeds, fails with anything but

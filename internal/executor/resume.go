@@ -47,6 +47,7 @@ func (e *Executor) resume(ctx context.Context, c *call, ex *store.Call) (resp *R
 		case ex.State == store.CallInProgress:
 			return nil, false, e.inProgress(ctx, c)
 		case ex.State == store.CallReleased:
+			e.passDownToken(ctx, c, ex)
 			return nil, true, nil
 		case ex.State == store.CallAwaitingApproval:
 			resp, goOn, moved, err = e.resumeApproval(ctx, c, ex)
@@ -100,6 +101,9 @@ func (e *Executor) resumeApproval(ctx context.Context, c *call, ex *store.Call) 
 		return nil, false, false, e.reject(ctx, c, fault.ForeignApproval(c.req.ApprovalID, ap.ID, c.key))
 	}
 	c.risk, c.decision = ex.Risk, ex.Decision
+	if ap.CallID != ex.ID {
+		return e.resumeBehindStepApproval(ctx, c, ex, ap)
+	}
 	now := e.now()
 	switch ap.State {
 	case store.ApprovalPending, store.ApprovalApproved:
@@ -165,6 +169,9 @@ func (e *Executor) resumePreview(ctx context.Context, c *call, ex *store.Call) (
 		return nil, false, true, nil
 	}
 	c.risk, c.decision = ex.Risk, ex.Decision
+	if pv.CallID != ex.ID {
+		return e.resumeBehindStepPreview(ctx, c, ex, pv)
+	}
 	now := e.now()
 	changed := pv.ToolVersion != c.tool.Version || pv.ToolIncarnation != c.tool.Incarnation
 	if !now.Before(pv.ExpiresAt) || changed {
@@ -179,7 +186,7 @@ func (e *Executor) resumePreview(ctx context.Context, c *call, ex *store.Call) (
 		}
 		return nil, false, false, e.reject(ctx, c, fault.PreviewExpired(why))
 	}
-	switch c.req.PreviewToken {
+	switch c.presentedToken() {
 	case "":
 		if err := e.appendEvents(ctx, e.event(c, audit.ToolCallDeduped, store.OutcomePreviewRequired,
 			map[string]any{"state": string(ex.State)})); err != nil {
@@ -226,5 +233,97 @@ func outcomeOf(s store.CallState) store.Outcome {
 		return store.OutcomeDenied
 	default:
 		return store.OutcomeUnknown
+	}
+}
+
+// presentedToken is the preview token c's request presented, or the one its
+// parent's request presented for its steps.
+func (c *call) presentedToken() string {
+	if c.req.PreviewToken != "" || c.nest == nil {
+		return c.req.PreviewToken
+	}
+	return c.nest.previewToken
+}
+
+// resumeBehindStepApproval handles a call parked behind one of its steps'
+// approval (ParkCall). While the approval is pending the call is answered
+// as parked again; once it is decided the store has released the call
+// (moved: it runs again, and its step finds its own record). An approval
+// that expired is given up here, with every call parked behind it.
+func (e *Executor) resumeBehindStepApproval(ctx context.Context, c *call, ex *store.Call, ap *store.Approval) (resp *Response, goOn, moved bool, err error) {
+	if ap.State != store.ApprovalPending {
+		return nil, false, true, nil
+	}
+	if !e.now().Before(ap.ExpiresAt) {
+		err := e.releaseParked(ctx, c, ex, store.ApprovalExpired, "", audit.ApprovalExpired,
+			map[string]any{"approval_id": ap.ID, "expire_time": ap.ExpiresAt, "step_call_id": ap.CallID})
+		if err != nil {
+			return nil, false, false, err
+		}
+		return nil, false, true, nil
+	}
+	if err := e.appendEvents(ctx, e.event(c, audit.ToolCallDeduped, store.OutcomeApprovalRequired,
+		map[string]any{"approval_id": ap.ID, "state": string(ex.State), "step_call_id": ap.CallID})); err != nil {
+		return nil, false, false, err
+	}
+	return e.parkedAgain(c, ex, store.OutcomeApprovalRequired, ap, nil), false, false, nil
+}
+
+// resumeBehindStepPreview handles a call parked behind one of its steps'
+// preview. Without the token it is answered as parked again. With it, the
+// call is released on its own and goes on: it runs again, and passes the
+// token down to its steps, where the step it belongs to uses it.
+func (e *Executor) resumeBehindStepPreview(ctx context.Context, c *call, ex *store.Call, pv *store.Preview) (resp *Response, goOn, moved bool, err error) {
+	now := e.now()
+	if !now.Before(pv.ExpiresAt) {
+		err := e.releaseParked(ctx, c, ex, "", store.PreviewExpired, audit.PreviewExpired,
+			map[string]any{"expire_time": pv.ExpiresAt, "step_call_id": pv.CallID})
+		if err != nil {
+			return nil, false, false, err
+		}
+		return nil, false, true, nil
+	}
+	switch c.presentedToken() {
+	case "":
+		if err := e.appendEvents(ctx, e.event(c, audit.ToolCallDeduped, store.OutcomePreviewRequired,
+			map[string]any{"state": string(ex.State), "step_call_id": pv.CallID})); err != nil {
+			return nil, false, false, err
+		}
+		return e.parkedAgain(c, ex, store.OutcomePreviewRequired, nil, pv), false, false, nil
+	case pv.Token:
+		wctx, cancel := detached(ctx)
+		_, err := e.st.ReleaseParkedCall(wctx, store.ReleaseParkedCallParams{
+			CallID: ex.ID, From: store.CallAwaitingPreview, Now: now, ExpiresAt: now.Add(e.idem.Retention),
+		})
+		cancel()
+		if err != nil && !errors.Is(err, store.ErrConflict) {
+			return nil, false, false, e.storeErr(ctx, c, err)
+		}
+		return nil, false, true, nil
+	default:
+		return nil, false, false, e.reject(ctx, c, fault.PreviewTokenMismatch(c.key, false))
+	}
+}
+
+// passDownToken: a released call whose request presents the preview token
+// it was parked behind — a step's, not its own — runs again and passes the
+// token down to its steps.
+func (e *Executor) passDownToken(ctx context.Context, c *call, ex *store.Call) {
+	tok := c.presentedToken()
+	if tok == "" || tok != ex.PreviewToken {
+		return
+	}
+	if pv, err := e.st.GetPreview(ctx, tok); err == nil && pv.CallID != ex.ID {
+		c.childToken = tok
+	}
+}
+
+// parkedAgain answers a call parked behind a step's approval or preview
+// from its record: the message stored when it parked, and the approval or
+// preview as it is now.
+func (e *Executor) parkedAgain(c *call, ex *store.Call, o store.Outcome, ap *store.Approval, pv *store.Preview) *Response {
+	return &Response{
+		CallID: ex.ID, IdempotencyKey: ex.IdempotencyKey, Outcome: o, Deduped: true, Result: ex.Result,
+		Risk: ex.Risk, Decision: ex.Decision, Attempt: ex.AttemptCount, Approval: ap, Preview: pv,
 	}
 }

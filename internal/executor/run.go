@@ -12,6 +12,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/health"
 	"github.com/toolsvc/toolsvc/internal/idempotency"
 	"github.com/toolsvc/toolsvc/internal/policy"
+	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
@@ -24,35 +25,19 @@ const reserveTimeout = writeTimeout
 // run reserves the key (step 10), executes the tool (11) and records the
 // outcome (12).
 func (e *Executor) run(ctx context.Context, c *call) (*Response, error) {
-	if c.unread {
-		// Read the key before the claim when the caller is gone (the read
-		// refuses as it did before the gate: nothing is reserved) or when
-		// Admit may claim the half-open circuit's one probe, which a retry
-		// of a finished call must not take.
-		h, ok := e.health.Get(c.tool.Name)
-		if ctx.Err() != nil || (ok && h.Status == store.HealthUnavailable) {
-			if resp, found, err := e.readDeferred(ctx, c); found {
-				return resp, err
-			}
-		}
-	}
 	if why := e.reg.ConnectorProblem(c.entry); why != "" {
 		// The connector cannot be started or reached: nothing would be
-		// sent. A stored answer for the key still wins.
-		if resp, found, rerr := e.readDeferred(ctx, c); found {
-			return resp, rerr
-		}
-		return nil, e.connectorDown(ctx, c, why)
+		// sent. A stored answer for the key still wins (conclude reads it).
+		return e.conclude(ctx, c, verdict{act: func(ctx context.Context) (*Response, error) {
+			return nil, e.connectorDown(ctx, c, why)
+		}})
 	}
 	adm, err := e.health.Admit(ctx, c.tool.Name)
 	if err != nil {
-		if resp, found, rerr := e.readDeferred(ctx, c); found {
-			return resp, rerr
-		}
 		if ctx.Err() != nil {
-			return nil, e.storeErr(ctx, c, err)
+			return e.conclude(ctx, c, e.failure(c, err))
 		}
-		return nil, e.reject(ctx, c, err)
+		return e.conclude(ctx, c, e.refusal(c, err))
 	}
 	now := e.now()
 	// The deadline goes on the tool's context (and in toolkit.Call.Deadline,
@@ -251,8 +236,14 @@ type toolOutcome struct {
 func (e *Executor) execute(ctx context.Context, c *call, rec *store.Call, adm health.Admission, deadline time.Time) (*Response, error) {
 	base := context.WithoutCancel(ctx)
 	lease := idempotency.KeepAlive(base, e.st, rec.ID, rec.AttemptCount, e.idem, e.now, e.log)
-	out := e.invoke(base, c, rec, deadline, lease)
-	o := e.decide(base, c, rec, adm, out)
+	ss := &steps{}
+	out := e.invoke(base, c, rec, deadline, lease, ss)
+	var o finished
+	if p := ss.firstParked(); p != nil && (p.resp.Approval != nil || p.resp.Preview != nil) {
+		o = e.parkBehind(base, c, rec, adm, out, p)
+	} else {
+		o = e.decide(base, c, rec, adm, out)
+	}
 	done := make(chan recorded, 1)
 	e.background(func() {
 		// The lease is kept alive until the outcome is stored: while the
@@ -279,11 +270,15 @@ func (e *Executor) execute(ctx context.Context, c *call, rec *store.Call, adm he
 // invoke calls the tool with the deadline on its context, recovering panics.
 // It waits for the tool to return, or gives up OverrunGrace after the
 // deadline if the tool ignores cancellation.
-func (e *Executor) invoke(base context.Context, c *call, rec *store.Call, deadline time.Time, lease *idempotency.Lease) toolOutcome {
+func (e *Executor) invoke(base context.Context, c *call, rec *store.Call, deadline time.Time, lease *idempotency.Lease, ss *steps) toolOutcome {
 	tctx, cancel := context.WithDeadline(base, deadline)
 	defer cancel()
 	defer context.AfterFunc(e.aborted, cancel)()
 	tc := e.toolCall(c, rec.AttemptCount, deadline, lease.Heartbeat)
+	tc.OnInvoke = e.invoker(c, rec, deadline, ss)
+	tc.OnProgress = func(ctx context.Context, message string) error {
+		return lease.Progress(ctx, safetext.Bound(message, maxProgress))
+	}
 	tctx, observed := e.observeTool(tctx, c, rec.AttemptCount)
 	start := time.Now()
 	allowed := deadline.Sub(start)
@@ -328,9 +323,76 @@ func (e *Executor) invoke(base context.Context, c *call, rec *store.Call, deadli
 // transaction), what to do once it is stored, and what to answer.
 type finished struct {
 	params store.FinishCallParams
+	// park, when set, is stored instead of params: the call parks behind
+	// one of its steps (parkBehind).
+	park   *store.ParkCallParams
 	commit func() // applies the health change locally once stored
 	resp   *Response
 	answer error // the answer instead of resp (a rate-limited call)
+}
+
+// write stores o.
+func (o finished) write(ctx context.Context, st store.CallStore) error {
+	if o.park != nil {
+		_, err := st.ParkCall(ctx, *o.park)
+		return err
+	}
+	_, err := st.FinishCall(ctx, o.params)
+	return err
+}
+
+// landed reports whether cur holds what o records (see landed).
+func (o finished) landed(cur *store.Call) bool {
+	if o.park != nil {
+		return cur.AttemptCount == o.park.Attempt && cur.ResolvedBy == "" &&
+			(cur.State.Parked() || cur.State == store.CallReleased)
+	}
+	return landed(cur, o.params)
+}
+
+// parkBehind is the outcome of an execution one of whose steps parked: the
+// call parks behind the step's approval or preview, whatever its tool
+// returned (a tool may not go on without its step), and is answered
+// APPROVAL_REQUIRED or PREVIEW_REQUIRED naming them. Its retry, once the
+// step may go on, runs the tool again: the steps that finished replay.
+func (e *Executor) parkBehind(base context.Context, c *call, rec *store.Call, adm health.Admission, out toolOutcome, p *parkedStep) finished {
+	var pe *toolkit.ParkedError
+	if !errors.As(out.err, &pe) {
+		e.log.Warn("a tool went on after one of its steps parked; the call is parked behind the step anyway",
+			"tool", c.tool.Name, "action", c.action.Name, "call_id", rec.ID, "step", p.step)
+	}
+	if adm.Probe {
+		// The tool ran, but its outcome is not known yet: the probe proves
+		// nothing either way.
+		if err := e.health.ReleaseProbe(base, c.tool.Name, adm); err != nil {
+			e.log.Warn("could not release a probe", "tool", c.tool.Name, "err", err)
+		}
+	}
+	now := e.now()
+	msg := parkedMessage(p)
+	result := &store.Result{Success: false, Message: msg}
+	outcome := p.resp.Outcome
+	detail := map[string]any{
+		"attempt": rec.AttemptCount, "duration_ms": out.elapsed.Milliseconds(),
+		"step": p.step, "step_call_id": p.resp.CallID, "message": msg,
+	}
+	pp := &store.ParkCallParams{CallID: rec.ID, Attempt: rec.AttemptCount, Result: result, Now: now,
+		ExpiresAt: now.Add(e.idem.Retention)}
+	if p.resp.Approval != nil {
+		pp.ApprovalID = p.resp.Approval.ID
+		detail["approval_id"] = p.resp.Approval.ID
+	} else if p.resp.Preview != nil {
+		pp.PreviewToken = p.resp.Preview.Token
+	}
+	pp.Events = []store.AuditEvent{e.event(c, audit.ToolCallParked, outcome, detail)}
+	return finished{
+		park: pp, commit: func() {},
+		resp: &Response{
+			CallID: rec.ID, IdempotencyKey: c.key, Outcome: outcome, Result: result,
+			Risk: c.risk, Decision: c.decision, Attempt: rec.AttemptCount,
+			Approval: p.resp.Approval, Preview: p.resp.Preview,
+		},
+	}
 }
 
 // decide says what the tool's return means.
@@ -408,7 +470,7 @@ func (e *Executor) decide(base context.Context, c *call, rec *store.Call, adm he
 				health.Observation{Kind: health.BusinessFailure}
 		}
 	}
-	obs.Probe = adm.Probe
+	obs.Probe, obs.Principal = adm.Probe, c.principal.ID
 	detail["message"] = result.Message
 	if c.tool.AuditPayloads && len(result.Value) > 0 {
 		detail["value"] = result.Value

@@ -106,7 +106,8 @@ func outcomeOfDecision(approve bool) store.Outcome {
 func (e *Executor) approvalCall(ap *store.Approval, p *auth.Principal) *call {
 	return &call{
 		principal: p, callID: ap.CallID, risk: ap.Risk, decision: store.DecisionConfirm,
-		req: Request{Tool: ap.Tool, Action: ap.Action, TraceID: ap.TraceID, TaskID: ap.TaskID, StepID: ap.StepID},
+		req:  Request{Tool: ap.Tool, Action: ap.Action, TraceID: ap.TraceID, TaskID: ap.TaskID, StepID: ap.StepID},
+		nest: parentNesting(ap.ParentCallID),
 	}
 }
 
@@ -137,6 +138,29 @@ func (e *Executor) GetCall(ctx context.Context, p *auth.Principal, callID, key s
 		return nil, storeFault(ctx, err)
 	}
 	return c, nil
+}
+
+// maxChildren bounds the steps CallChildren lists.
+const maxChildren = 1000
+
+// CallChildren returns the ids of the calls nested in call callID (its
+// steps), oldest first, at most 1000. The caller has read the call (GetCall
+// checks who may).
+func (e *Executor) CallChildren(ctx context.Context, callID string) ([]string, error) {
+	ids, err := e.st.ListChildCalls(ctx, callID, maxChildren)
+	if err != nil {
+		return nil, storeFault(ctx, err)
+	}
+	return ids, nil
+}
+
+// parentNesting describes, for events written about a nested call by
+// someone else (an approver, an operator), the call it is nested in.
+func parentNesting(parentID string) *nesting {
+	if parentID == "" {
+		return nil
+	}
+	return &nesting{parentID: parentID}
 }
 
 // ResolveCall settles an UNKNOWN call by hand with what an operator
@@ -172,7 +196,8 @@ func (e *Executor) ResolveCall(ctx context.Context, p *auth.Principal, callID st
 	msg := fmt.Sprintf("Resolved by operator %s as %s: %s", p.ID, outcome, comment)
 	now := e.now()
 	c := &call{principal: p, callID: cur.ID, risk: cur.Risk, decision: cur.Decision,
-		req: Request{Tool: cur.Tool, Action: cur.Action, TraceID: cur.TraceID, TaskID: cur.TaskID, StepID: cur.StepID}}
+		req:  Request{Tool: cur.Tool, Action: cur.Action, TraceID: cur.TraceID, TaskID: cur.TaskID, StepID: cur.StepID},
+		nest: parentNesting(cur.ParentCallID)}
 	out, err := e.st.ResolveCall(ctx, store.ResolveCallParams{
 		CallID: cur.ID, State: state, Result: &store.Result{Success: succeeded, Message: msg},
 		ResolvedBy: p.ID, Comment: comment, Now: now, ExpiresAt: now.Add(e.idem.Retention),

@@ -74,7 +74,7 @@ func parametersOf(t *testing.T, f Format, def json.RawMessage) json.RawMessage {
 func TestStrictExportsPassTheRules(t *testing.T) {
 	for _, f := range []Format{FormatOpenAIChat, FormatOpenAIResponses, FormatAnthropic, FormatMCP} {
 		x := mustBuild(t, demoSnapshot(), everyone, Options{Format: f, Strict: true})
-		if len(x.Entries) != 10 || len(x.Omitted) != 0 {
+		if len(x.Entries) != 11 || len(x.Omitted) != 0 {
 			t.Fatalf("%s: %d entries, omitted %v", f, len(x.Entries), x.Omitted)
 		}
 		var schemas [][]byte
@@ -186,7 +186,7 @@ func TestToolsets(t *testing.T) {
 	// clock is named only by a disabled toolset: left out. notes.read is in
 	// an enabled one too: kept. Tools in no toolset (flaky, the other notes
 	// actions) are kept.
-	if got != "echo,flaky__run,notes__list,notes__read,notes__write,notes__delete,pipeline__build,pipeline__test,pipeline__deploy" {
+	if got != "echo,flaky__run,notes__list,notes__read,notes__write,notes__delete,pipeline__build,pipeline__test,pipeline__deploy,release__run" {
 		t.Fatalf("default export: %s", got)
 	}
 	if !strings.Contains(x.Guidance, "## Files\n\nUse notes for files.\n") || !strings.Contains(x.Guidance, "## Ops") ||
@@ -308,11 +308,11 @@ func TestStrictOmission(t *testing.T) {
 	if len(x.Omitted) != 1 || x.Omitted[0].Name != "tree__walk" || !strings.Contains(x.Omitted[0].Reason, "refers to itself") {
 		t.Fatalf("omitted: %+v", x.Omitted)
 	}
-	if len(x.Entries) != 10 {
+	if len(x.Entries) != 11 {
 		t.Fatalf("the rest is exported: %d entries", len(x.Entries))
 	}
 	plain := mustBuild(t, demoSnapshot(tool), everyone, Options{Format: FormatOpenAIChat})
-	if len(plain.Omitted) != 0 || len(plain.Entries) != 11 {
+	if len(plain.Omitted) != 0 || len(plain.Entries) != 12 {
 		t.Fatalf("non-strict export: omitted %v", plain.Omitted)
 	}
 }

@@ -72,12 +72,17 @@ const (
 	ReasonCommandNotAllowed           = "COMMAND_NOT_ALLOWED"
 	ReasonSecretDestinationNotAllowed = "SECRET_DESTINATION_NOT_ALLOWED"
 	ReasonSecretNameCollision         = "SECRET_NAME_COLLISION"
+	ReasonNestingTooDeep              = "NESTING_TOO_DEEP"
+	ReasonNestedCallCycle             = "NESTED_CALL_CYCLE"
 )
 
-// Reasons of the per-principal limits (see package quota).
+// Reasons of the per-principal limits (see package quota), and of the
+// bounds on what a principal may park behind approvals and previews.
 const (
 	ReasonPrincipalRateLimited = "PRINCIPAL_RATE_LIMITED"
 	ReasonTooManyExecutions    = "TOO_MANY_EXECUTIONS"
+	ReasonArgumentsTooLarge    = "ARGUMENTS_TOO_LARGE"
+	ReasonTooManyParkedCalls   = "TOO_MANY_PARKED_CALLS"
 )
 
 // FieldViolation names one bad field of a request.

@@ -233,6 +233,37 @@ func MessageTooLarge(size, limit int) *Error {
 		With("size_bytes", strconv.Itoa(size)).With("limit_bytes", strconv.Itoa(limit))
 }
 
+// ArgumentsTooLarge: a call that would wait for an approval or a preview
+// carries arguments of size bytes, more than limit may be parked. Nothing
+// was parked; a person could not judge them anyway.
+func ArgumentsTooLarge(size, limit int) *Error {
+	return New(ResourceExhausted, ReasonArgumentsTooLarge,
+		"the call's arguments are %d bytes, more than the %d bytes a call that waits for an approval or a preview may carry; "+
+			"the call was not parked: send less (a reference to the data rather than the data itself)", size, limit).
+		With("size_bytes", strconv.Itoa(size)).With("limit_bytes", strconv.Itoa(limit))
+}
+
+// TooManyParkedCalls: principal already has calls parked (awaiting an
+// approval or a preview) holding bytes, and one more would pass its limits
+// (maxCalls calls, maxBytes bytes; 0: none); byCount says which one. The
+// call was not parked.
+func TooManyParkedCalls(principal string, calls int, bytes int64, maxCalls int, maxBytes int64, byCount bool) *Error {
+	var e *Error
+	if byCount {
+		e = New(ResourceExhausted, ReasonTooManyParkedCalls,
+			"principal %s already has %d calls waiting for an approval or a preview, the most it may; "+
+				"this call was not parked: call again once some are resolved or have expired", q(principal), calls).
+			With("limit", "calls")
+	} else {
+		e = New(ResourceExhausted, ReasonTooManyParkedCalls,
+			"principal %s already has calls waiting for an approval or a preview that hold %d bytes, and this one would take them past the %d it may; "+
+				"this call was not parked: call again once some are resolved or have expired", q(principal), bytes, maxBytes).
+			With("limit", "bytes")
+	}
+	return e.With("parked_calls", strconv.Itoa(calls)).With("parked_bytes", strconv.FormatInt(bytes, 10)).
+		With("max_calls", strconv.Itoa(maxCalls)).With("max_bytes", strconv.FormatInt(maxBytes, 10))
+}
+
 // ResponseTooLarge: the answer would be larger than the server sends (limit,
 // in bytes). Nothing about the request's effect is implied: a call that ran
 // is recorded, and GetCall or a smaller page may still be read.
@@ -381,4 +412,24 @@ func ExportedNameShared(name string, owners []string) *Error {
 	return New(FailedPrecondition, ReasonExportedNameShared,
 		"the exported name %s is shared by %s; call with the tool's and the action's names, and have an operator rename one",
 		q(name), safetext.Bound(strings.Join(owners, " and "), 1000)).With("name", name)
+}
+
+// NestingTooDeep: a tool's step would nest calls deeper than the server
+// allows (nested.max_depth). chain names the calls it is nested in,
+// outermost first ("tool.action").
+func NestingTooDeep(tool, action string, depth, limit int, chain []string) *Error {
+	return New(FailedPrecondition, ReasonNestingTooDeep,
+		"nested call %s would be at depth %d (under %s); the server allows at most %d",
+		q(tool+"."+action), depth, q(strings.Join(chain, " > ")), limit).
+		With("depth", strconv.Itoa(depth)).With("max_depth", strconv.Itoa(limit))
+}
+
+// NestedCallCycle: a tool's step would call a tool and action already
+// running above it, which could recurse without end. chain names the calls
+// it is nested in, outermost first.
+func NestedCallCycle(tool, action string, chain []string) *Error {
+	return New(FailedPrecondition, ReasonNestedCallCycle,
+		"nested call %s is a cycle: it is already running above it (%s)",
+		q(tool+"."+action), q(strings.Join(append(chain, tool+"."+action), " > "))).
+		With("call", tool+"."+action)
 }

@@ -18,6 +18,8 @@ func TestConstructors(t *testing.T) {
 		reason string
 	}{
 		{NotAuthenticated("no credentials"), Unauthenticated, ReasonUnauthenticated},
+		{NestingTooDeep(huge, huge, 5, 4, []string{huge}), FailedPrecondition, ReasonNestingTooDeep},
+		{NestedCallCycle(huge, huge, []string{huge, huge}), FailedPrecondition, ReasonNestedCallCycle},
 		{RoleRequired(huge, "ExecuteTool", []string{"agent"}), PermissionDenied, ReasonRoleRequired},
 		{PrincipalRateLimited(huge, 2.5, 5, 400*time.Millisecond), ResourceExhausted, ReasonPrincipalRateLimited},
 		{TooManyExecutions(huge, 4), ResourceExhausted, ReasonTooManyExecutions},
@@ -47,6 +49,9 @@ func TestConstructors(t *testing.T) {
 		{InvalidOperation("bad"), InvalidArgument, ReasonInvalidRequest},
 		{MessageTooLarge(5<<20, 4<<20), ResourceExhausted, ReasonMessageTooLarge},
 		{ResponseTooLarge(5<<20, 4<<20), ResourceExhausted, ReasonResponseTooLarge},
+		{ArgumentsTooLarge(5<<20, 256<<10), ResourceExhausted, ReasonArgumentsTooLarge},
+		{TooManyParkedCalls(huge, 100, 5<<20, 100, 8<<20, true), ResourceExhausted, ReasonTooManyParkedCalls},
+		{TooManyParkedCalls(huge, 3, 8<<20, 100, 8<<20, false), ResourceExhausted, ReasonTooManyParkedCalls},
 		{UndecodableRequest("context.trace_id", "is not valid UTF-8"), InvalidArgument, ReasonInvalidRequest},
 		{TooManyWatches(huge, true, 16, time.Second), ResourceExhausted, ReasonTooManyWatches},
 		{InternalError("bug"), Internal, ReasonInternal},

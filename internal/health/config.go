@@ -29,7 +29,20 @@ type Config struct {
 	// writes stay rare — at most one per tool per interval per replica —
 	// and the last success time stays meaningful.
 	SuccessRefresh time.Duration `mapstructure:"success_refresh"`
+	// MinPrincipals is how many principals' failures a run of consecutive
+	// errors must hold before the tool's shared status moves (DEGRADED,
+	// UNAVAILABLE): one principal's failures alone — its own arguments that
+	// an upstream answers with 500, say — must not take the tool away from
+	// everyone. Its own calls are then refused for the cool-down instead
+	// (see Tracker). A failure seen without a caller, and a failed probe,
+	// are evidence enough by themselves. 1: any principal's failures count
+	// alike.
+	MinPrincipals int `mapstructure:"min_principals"`
 }
+
+// MaxMinPrincipals bounds MinPrincipals: the record keeps that many
+// principals of a run of errors, no more.
+const MaxMinPrincipals = 8
 
 // DefaultConfig returns DESIGN §6's defaults.
 func DefaultConfig() Config {
@@ -40,6 +53,7 @@ func DefaultConfig() Config {
 		MaxCooldown:      5 * time.Minute,
 		ProbeTimeout:     time.Minute,
 		SuccessRefresh:   time.Minute,
+		MinPrincipals:    2,
 	}
 }
 
@@ -67,6 +81,9 @@ func (c Config) Validate() error {
 	}
 	if c.SuccessRefresh <= 0 {
 		errs = append(errs, fmt.Errorf("success_refresh: must be positive, got %s", c.SuccessRefresh))
+	}
+	if c.MinPrincipals < 1 || c.MinPrincipals > MaxMinPrincipals {
+		errs = append(errs, fmt.Errorf("min_principals: must be from 1 to %d, got %d", MaxMinPrincipals, c.MinPrincipals))
 	}
 	return errors.Join(errs...)
 }

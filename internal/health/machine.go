@@ -2,6 +2,7 @@ package health
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/safetext"
@@ -57,6 +58,9 @@ type Observation struct {
 	RateLimitUntil time.Time
 	// Probe says the call was the half-open probe (Admission.Probe).
 	Probe bool
+	// Principal made the call ("" when there is no caller: evidence about
+	// the tool itself). See Config.MinPrincipals.
+	Principal string
 }
 
 // Next is the state machine: the record after observation o at now, and
@@ -71,6 +75,7 @@ func Next(cfg Config, cur store.ToolHealth, o Observation, now time.Time) (store
 	case Success, BusinessFailure:
 		next.Status = store.HealthHealthy
 		next.ConsecutiveErrors = 0
+		next.ErrorPrincipals = nil
 		next.Trips = 0
 		next.CooldownUntil = time.Time{}
 		next.ProbeUntil = time.Time{}
@@ -79,16 +84,18 @@ func Next(cfg Config, cur store.ToolHealth, o Observation, now time.Time) (store
 		next.ConsecutiveErrors++
 		next.LastError = lastError(o.Error)
 		next.LastErrorAt = now
+		next.ErrorPrincipals = withPrincipal(cur.ErrorPrincipals, o.Principal, cfg.MinPrincipals)
+		shared := sharedEvidence(cfg, next.ErrorPrincipals)
 		switch {
 		case open && !o.Probe:
 			// A straggler admitted before the circuit opened: counted,
 			// but the open circuit and its cool-down stand.
-		case open || next.ConsecutiveErrors >= cfg.UnavailableAfter:
+		case open || (shared && next.ConsecutiveErrors >= cfg.UnavailableAfter):
 			next.Status = store.HealthUnavailable
 			next.Trips++
 			next.CooldownUntil = now.Add(cfg.cooldown(next.Trips))
 			next.ProbeUntil = time.Time{}
-		case next.ConsecutiveErrors >= cfg.DegradedAfter:
+		case shared && next.ConsecutiveErrors >= cfg.DegradedAfter:
 			next.Status = store.HealthDegraded
 		}
 	case Unreachable:
@@ -139,6 +146,31 @@ func Next(cfg Config, cur store.ToolHealth, o Observation, now time.Time) (store
 	return next, true
 }
 
+// withPrincipal returns the principals of a run of errors with p added
+// (each once, in the order they first failed), keeping at most what tells
+// whether minPrincipals of them failed (and whether a caller-less failure
+// did).
+func withPrincipal(ps []string, p string, minPrincipals int) []string {
+	if slices.Contains(ps, p) || len(ps) > minPrincipals {
+		return ps
+	}
+	return append(slices.Clone(ps), p)
+}
+
+// sharedEvidence reports whether a run of errors by ps says something about
+// the tool for everyone: failures of at least MinPrincipals principals, or
+// one seen without a caller.
+func sharedEvidence(cfg Config, ps []string) bool {
+	n := 0
+	for _, p := range ps {
+		if p == "" {
+			return true
+		}
+		n++
+	}
+	return n >= max(cfg.MinPrincipals, 1)
+}
+
 // sameHealth reports whether a and b are the same record, ignoring UpdatedAt
 // and, unless withProbe, ProbeUntil (which the API does not show).
 func sameHealth(a, b store.ToolHealth, withProbe bool) bool {
@@ -151,6 +183,7 @@ func sameHealth(a, b store.ToolHealth, withProbe bool) bool {
 		a.RateLimitResetsAt.Equal(b.RateLimitResetsAt) &&
 		a.CooldownUntil.Equal(b.CooldownUntil) &&
 		a.Trips == b.Trips &&
+		slices.Equal(a.ErrorPrincipals, b.ErrorPrincipals) &&
 		(!withProbe || a.ProbeUntil.Equal(b.ProbeUntil)) &&
 		a.Drained == b.Drained &&
 		a.OverrideBy == b.OverrideBy &&

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -181,6 +182,12 @@ func TestNextTransitions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			// These errors are seen without a caller (Principal ""):
+			// evidence about the tool by itself, recorded as such.
+			// TestNextPrincipals judges callers' errors.
+			if tt.obs.Kind == ToolError {
+				tt.want.ErrorPrincipals = []string{""}
+			}
 			got, changed := Next(cfg, tt.cur, tt.obs, t0)
 			if changed != tt.changed {
 				t.Errorf("changed = %v, want %v", changed, tt.changed)
@@ -189,6 +196,60 @@ func TestNextTransitions(t *testing.T) {
 				t.Errorf("Next =\n %+v\nwant\n %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestNextPrincipals: the errors of one principal, however many, leave the
+// tool's shared status as it is (they are counted, and the principal is
+// recorded); errors from MinPrincipals principals move it as before, and so
+// does one seen without a caller; a success forgets the principals.
+func TestNextPrincipals(t *testing.T) {
+	cfg := DefaultConfig() // degraded 3, unavailable 5, two principals
+	h := store.ToolHealth{Tool: "t", Status: store.HealthHealthy, UpdatedAt: at(-time.Hour)}
+	fail := func(h store.ToolHealth, who string, n int) store.ToolHealth {
+		for range n {
+			h, _ = Next(cfg, h, Observation{Kind: ToolError, Error: "500 for " + who, Principal: who}, t0)
+		}
+		return h
+	}
+	alone := fail(h, "agent-a", 20)
+	if alone.Status != store.HealthHealthy || alone.ConsecutiveErrors != 20 || alone.Trips != 0 ||
+		len(alone.ErrorPrincipals) != 1 || alone.ErrorPrincipals[0] != "agent-a" {
+		t.Fatalf("one principal's 20 errors: %+v", alone)
+	}
+	// A second principal's errors: evidence enough, past the thresholds.
+	two := fail(alone, "agent-b", 1)
+	if two.Status != store.HealthUnavailable || two.Trips != 1 || len(two.ErrorPrincipals) != 2 {
+		t.Fatalf("a second principal's error after 20: %+v", two)
+	}
+	mixed := fail(fail(h, "agent-a", 2), "agent-b", 1)
+	if mixed.Status != store.HealthDegraded {
+		t.Fatalf("3 errors of two principals: %+v", mixed)
+	}
+	if mixed = fail(mixed, "agent-a", 2); mixed.Status != store.HealthUnavailable {
+		t.Fatalf("5 errors of two principals: %+v", mixed)
+	}
+	// Caller-less evidence counts alone.
+	if sys := fail(fail(h, "agent-a", 4), "", 1); sys.Status != store.HealthUnavailable {
+		t.Fatalf("4 errors of one principal and one without a caller: %+v", sys)
+	}
+	// A success forgets the run and its principals.
+	ok, _ := Next(cfg, alone, Observation{Kind: Success, Principal: "agent-b"}, t0)
+	if ok.ConsecutiveErrors != 0 || ok.ErrorPrincipals != nil {
+		t.Fatalf("after a success: %+v", ok)
+	}
+	// The record keeps no more principals than it needs.
+	many := h
+	for i := range 50 {
+		many, _ = Next(cfg, many, Observation{Kind: ToolError, Error: "x", Principal: fmt.Sprint("p", i)}, t0)
+	}
+	if len(many.ErrorPrincipals) > cfg.MinPrincipals+1 {
+		t.Fatalf("kept %d principals", len(many.ErrorPrincipals))
+	}
+	// MinPrincipals 1: every principal's errors count alike.
+	cfg.MinPrincipals = 1
+	if one := fail(h, "agent-a", 5); one.Status != store.HealthUnavailable {
+		t.Fatalf("min_principals 1: %+v", one)
 	}
 }
 
@@ -269,7 +330,7 @@ func TestConfigValidate(t *testing.T) {
 	if err == nil {
 		t.Fatal("zero config validated")
 	}
-	for _, key := range []string{"degraded_after", "unavailable_after", "cooldown", "max_cooldown", "probe_timeout"} {
+	for _, key := range []string{"degraded_after", "unavailable_after", "cooldown", "max_cooldown", "probe_timeout", "min_principals"} {
 		if !strings.Contains(err.Error(), key+":") {
 			t.Errorf("zero config error does not name %s: %v", key, err)
 		}

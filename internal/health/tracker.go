@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -50,7 +51,25 @@ type Tracker struct {
 	dirty    map[string]struct{}
 	dirtyAll bool
 	watchers map[*watcher]struct{}
+	// callers holds each principal's own run of errors per tool, as this
+	// replica saw them (see CheckCaller).
+	callers map[callerKey]*callerRun
 }
+
+// callerKey names one principal's calls of one tool.
+type callerKey struct{ tool, principal string }
+
+// callerRun is one principal's run of consecutive errors of one tool: past
+// UnavailableAfter its calls of the tool are refused until until (a
+// cool-down doubling with each trip, as the shared circuit's).
+type callerRun struct {
+	errors, trips int
+	until         time.Time
+}
+
+// maxCallerRuns bounds the callers' runs a tracker keeps (entries exist
+// only while a principal's calls of a tool keep failing).
+const maxCallerRuns = 10_000
 
 // NewTracker returns a tracker over st. now is the clock (nil: time.Now);
 // logger may be nil. Call Start before relying on the cache.
@@ -72,6 +91,7 @@ func NewTracker(st store.Store, cfg Config, now func() time.Time, logger *slog.L
 		localGen: make(map[string]uint64),
 		dirty:    make(map[string]struct{}),
 		watchers: make(map[*watcher]struct{}),
+		callers:  make(map[callerKey]*callerRun),
 	}
 }
 
@@ -437,11 +457,14 @@ func (t *Tracker) ReleaseProbe(ctx context.Context, tool string, a Admission) er
 // cache reflects the write at once (other replicas learn through
 // notifications); commit is never nil and is a no-op when change is nil or
 // FinishCall did not run the change.
+//
+// commit also applies o to its principal's own run of errors of the tool
+// (see CheckCaller).
 func (t *Tracker) Change(tool string, o Observation, ev store.AuditEvent) (change *store.HealthChange, commit func()) {
 	now := t.clock()
 	if cur, ok := t.Get(tool); ok {
 		if _, changed := Next(t.cfg, cur, o, now); !changed {
-			return nil, func() {}
+			return nil, func() { t.observeCaller(tool, o, now) }
 		}
 	}
 	fn, last := t.observeFunc(tool, o, ev, now)
@@ -449,7 +472,72 @@ func (t *Tracker) Change(tool string, o Observation, ev store.AuditEvent) (chang
 		if h, ok := last(); ok {
 			t.setLocal(h)
 		}
+		t.observeCaller(tool, o, now)
 	}
+}
+
+// observeCaller applies o to its principal's own run of errors of tool.
+func (t *Tracker) observeCaller(tool string, o Observation, now time.Time) {
+	if o.Principal == "" {
+		return
+	}
+	k := callerKey{tool, o.Principal}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch o.Kind {
+	case Success, BusinessFailure:
+		delete(t.callers, k)
+	case ToolError:
+		r := t.callers[k]
+		if r == nil {
+			if len(t.callers) >= maxCallerRuns {
+				for ck, cr := range t.callers {
+					if cr.errors < t.cfg.UnavailableAfter || !now.Before(cr.until.Add(t.cfg.MaxCooldown)) {
+						delete(t.callers, ck)
+					}
+				}
+				if len(t.callers) >= maxCallerRuns {
+					return // fail open: the shared circuit still judges
+				}
+			}
+			r = &callerRun{}
+			t.callers[k] = r
+		}
+		r.errors++
+		if r.errors >= t.cfg.UnavailableAfter {
+			// As the shared circuit: opens at the threshold, and each
+			// failure after a cool-down opens it again for longer.
+			r.trips++
+			r.until = now.Add(t.cfg.cooldown(r.trips))
+		}
+	}
+}
+
+// CheckCaller refuses a call of tool by principal while the principal's
+// own calls of it are failing: after UnavailableAfter consecutive errors of
+// its calls (on this replica), they are refused TOOL_UNAVAILABLE (metadata
+// scope "principal") for a cool-down that doubles with each repeated
+// opening, as the shared circuit's does; then its next call goes through,
+// and its success ends the run. The shared circuit, which every caller
+// sees, opens only on errors of several principals (Config.MinPrincipals):
+// one principal whose arguments an upstream answers with errors takes
+// the tool away from itself, not from everyone.
+func (t *Tracker) CheckCaller(tool, principal string) error {
+	now := t.clock()
+	t.mu.Lock()
+	r := t.callers[callerKey{tool, principal}]
+	var errors int
+	var until time.Time
+	if r != nil {
+		errors, until = r.errors, r.until
+	}
+	t.mu.Unlock()
+	if r == nil || !now.Before(until) {
+		return nil
+	}
+	return fault.ToolUnavailable(tool, fmt.Sprintf("the last %d calls of principal %s failed; its calls are refused until %s (other callers' calls are served)",
+		errors, strconv.Quote(principal), until.Format(time.RFC3339)), until.Sub(now)).
+		With("scope", "principal").With("cooldown_end_time", until.Format(time.RFC3339))
 }
 
 // Record applies an observation in its own transaction, for paths without a

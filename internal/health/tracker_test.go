@@ -753,3 +753,48 @@ func TestCheckClaimsNothing(t *testing.T) {
 		t.Fatalf("unknown tool: %v", err)
 	}
 }
+
+// TestCheckCaller: a principal whose own calls of a tool fail
+// UnavailableAfter times in a row is refused (scope principal) for the
+// cool-down, doubling with each repeated opening, while the tool's shared
+// record stays HEALTHY and other principals pass; a success ends the run.
+func TestCheckCaller(t *testing.T) {
+	e := newEnv(t, "orders")
+	tr := e.tracker()
+	fail := Observation{Kind: ToolError, Error: "500", Principal: "agent-a"}
+	for range 4 {
+		e.observe(tr, "orders", fail)
+	}
+	if err := tr.CheckCaller("orders", "agent-a"); err != nil {
+		t.Fatalf("after 4 errors: %v", err)
+	}
+	e.observe(tr, "orders", fail)
+	err := tr.CheckCaller("orders", "agent-a")
+	fe, ok := fault.As(err)
+	if !ok || fe.Reason != fault.ReasonToolUnavailable || fe.Metadata["scope"] != "principal" || fe.RetryAfter != e.cfg.Cooldown {
+		t.Fatalf("after 5 errors: %v", err)
+	}
+	if err := tr.CheckCaller("orders", "agent-b"); err != nil {
+		t.Fatalf("another principal: %v", err)
+	}
+	if err := tr.Check("orders"); err != nil || e.stored("orders").Status != store.HealthHealthy {
+		t.Fatalf("shared: %v, %s", err, e.stored("orders").Status)
+	}
+	// After the cool-down its next call goes through; failing, it opens
+	// again for twice as long.
+	e.clock.Advance(e.cfg.Cooldown)
+	if err := tr.CheckCaller("orders", "agent-a"); err != nil {
+		t.Fatalf("after the cool-down: %v", err)
+	}
+	e.observe(tr, "orders", fail)
+	if fe, ok := fault.As(tr.CheckCaller("orders", "agent-a")); !ok || fe.RetryAfter != 2*e.cfg.Cooldown {
+		t.Fatalf("second opening: %v", fe)
+	}
+	// A success of its own ends the run.
+	e.clock.Advance(2 * e.cfg.Cooldown)
+	e.observe(tr, "orders", Observation{Kind: Success, Principal: "agent-a"})
+	e.observe(tr, "orders", fail)
+	if err := tr.CheckCaller("orders", "agent-a"); err != nil {
+		t.Fatalf("one error after a success: %v", err)
+	}
+}

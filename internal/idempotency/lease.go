@@ -36,6 +36,11 @@ type Lease struct {
 	ended   bool // no further ticks: stopped, lost or ctx ended
 	ticking bool // a tick is running
 	closed  bool // done is closed
+	// progress is a report Progress coalesced (pending), for the next
+	// renewal to write; lastProgress is when a report was last written.
+	progress     string
+	pending      bool
+	lastProgress time.Time
 
 	lost     chan struct{}
 	lostOnce sync.Once
@@ -143,8 +148,19 @@ func (l *Lease) closeLocked() {
 	}
 }
 
-// renew extends the lease once.
-func (l *Lease) renew(ctx context.Context) error {
+// minProgressInterval spaces the progress reports written to the store: a
+// report closer to the last one written waits for the next renewal, and a
+// later report replaces it meanwhile (a tool reporting in a tight loop costs
+// a write per renewal, not one per report).
+const minProgressInterval = 250 * time.Millisecond
+
+// renew extends the lease once, writing the pending progress report if
+// there is one.
+func (l *Lease) renew(ctx context.Context) error { return l.renewWith(ctx, nil) }
+
+// renewWith extends the lease once; with a progress report (message, or
+// one pending) the store records it in the same write.
+func (l *Lease) renewWith(ctx context.Context, message *string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped {
@@ -155,7 +171,25 @@ func (l *Lease) renew(ctx context.Context) error {
 		return fmt.Errorf("call %s attempt %d: %w", l.callID, l.attempt, ErrLeaseLost)
 	default:
 	}
-	err := l.st.RenewCallLease(ctx, l.callID, l.attempt, l.now(), l.ttl)
+	if message == nil && l.pending {
+		m := l.progress
+		message = &m
+	}
+	var err error
+	if message != nil {
+		now := l.now()
+		err = l.st.ReportCallProgress(ctx, store.ReportCallProgressParams{
+			CallID: l.callID, Attempt: l.attempt, Message: *message, Now: now, Lease: l.ttl,
+		})
+		if err == nil {
+			l.lastProgress = time.Now()
+			if l.pending && l.progress == *message {
+				l.pending = false
+			}
+		}
+	} else {
+		err = l.st.RenewCallLease(ctx, l.callID, l.attempt, l.now(), l.ttl)
+	}
 	if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 		l.lostOnce.Do(func() { close(l.lost) })
 		l.logger.WarnContext(ctx, "call lease lost",
@@ -173,6 +207,21 @@ func (l *Lease) renew(ctx context.Context) error {
 // after Stop. Safe for concurrent use.
 func (l *Lease) Heartbeat(ctx context.Context) error {
 	return l.renew(ctx)
+}
+
+// Progress records a progress report of the call's tool and renews the
+// lease with it (for toolkit.Call.Progress). A report that follows the last
+// one written within minProgressInterval is kept for the next renewal
+// instead (a later report replaces it). Errors are Heartbeat's.
+func (l *Lease) Progress(ctx context.Context, message string) error {
+	l.mu.Lock()
+	if !l.lastProgress.IsZero() && time.Since(l.lastProgress) < minProgressInterval {
+		l.progress, l.pending = message, true
+		l.mu.Unlock()
+		return nil
+	}
+	l.mu.Unlock()
+	return l.renewWith(ctx, &message)
 }
 
 // Lost is closed when a renewal finds the lease gone.

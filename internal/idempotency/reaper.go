@@ -167,7 +167,7 @@ func UnknownEvent(c *store.Call, now time.Time) store.AuditEvent {
 		Risk:      c.Risk,
 		Decision:  c.Decision,
 		Outcome:   store.OutcomeUnknown,
-	}, map[string]any{"reason": "lease_expired"})
+	}, audit.WithParent(map[string]any{"reason": "lease_expired"}, c.ParentCallID))
 }
 
 // ApprovalExpiredEvent is the approval.expired event of an approval nobody
@@ -184,12 +184,12 @@ func ApprovalExpiredEvent(a *store.Approval, now time.Time) store.AuditEvent {
 		Action:    a.Action,
 		Risk:      a.Risk,
 		Decision:  store.DecisionConfirm,
-	}, map[string]any{
+	}, audit.WithParent(map[string]any{
 		"approval_id": a.ID,
 		// PENDING: nobody resolved it; APPROVED: approved but never used.
 		"was":         string(stateBeforeExpiry(a)),
 		"expire_time": a.ExpiresAt.UTC().Format(time.RFC3339Nano),
-	})
+	}, a.ParentCallID))
 }
 
 // PreviewExpiredEvent is the preview.expired event of a preview whose token
@@ -203,9 +203,9 @@ func PreviewExpiredEvent(p *store.Preview, now time.Time) store.AuditEvent {
 		Tool:      p.Tool,
 		Action:    p.Action,
 		Decision:  store.DecisionPreview,
-	}, map[string]any{
+	}, audit.WithParent(map[string]any{
 		"expire_time": p.ExpiresAt.UTC().Format(time.RFC3339Nano),
-	})
+	}, p.ParentCallID))
 }
 
 // stateBeforeExpiry: the store hands EventsFor the approval as it will be

@@ -805,10 +805,10 @@ func approvalInvalidatedEvent(a *store.Approval, now time.Time, actor string) st
 	return audit.NewDetail(audit.ApprovalInvalidated, store.AuditEvent{
 		Time: now, CallID: a.CallID, TraceID: a.TraceID, TaskID: a.TaskID, StepID: a.StepID,
 		Principal: a.Requester, Tool: a.Tool, Action: a.Action, Risk: a.Risk, Decision: store.DecisionConfirm,
-	}, map[string]any{
+	}, audit.WithParent(map[string]any{
 		"approval_id": a.ID, "reason": "tool_deregistered", "was": string(was),
 		"approved_version": a.ToolVersion, "deregistered_by": actor,
-	})
+	}, a.ParentCallID))
 }
 
 // previewExpiredEvent is the preview.expired event of a preview whose tool
@@ -817,7 +817,8 @@ func previewExpiredEvent(p *store.Preview, now time.Time, actor string) store.Au
 	return audit.NewDetail(audit.PreviewExpired, store.AuditEvent{
 		Time: now, CallID: p.CallID, Principal: p.PrincipalID, Tool: p.Tool, Action: p.Action,
 		Decision: store.DecisionPreview,
-	}, map[string]any{"reason": "tool_deregistered", "preview_version": p.ToolVersion, "deregistered_by": actor})
+	}, audit.WithParent(map[string]any{"reason": "tool_deregistered", "preview_version": p.ToolVersion, "deregistered_by": actor},
+		p.ParentCallID))
 }
 
 // toolEvent builds a tool.* audit event.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"google.golang.org/protobuf/proto"
+
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/executor"
@@ -20,12 +22,18 @@ type approvalListFilters struct {
 	Requester string `json:"requester,omitempty"`
 }
 
+// approvalReadFactor is how many pages' worth of approvals, measured with
+// their whole arguments, ListApprovals reads from the store for one page.
+const approvalReadFactor = 8
+
 // approvalServer serves ApprovalService.
 type approvalServer struct {
 	toolsvcv1.UnimplementedApprovalServiceServer
 	ex      *executor.Executor
 	st      store.Store
 	streams *streamGroup
+	// pageBytes bounds the encoded approvals of a ListApprovals page.
+	pageBytes int
 }
 
 // ListApprovals returns approvals newest first: every approval to approvers
@@ -61,23 +69,44 @@ func (s *approvalServer) ListApprovals(ctx context.Context, req *toolsvcv1.ListA
 	if err != nil {
 		return nil, err
 	}
+	// One more approval than fits, by count or by the store's measure of
+	// bytes, tells whether there is a next page. The store measures whole
+	// arguments, which the page shows cut: it may read several pages'
+	// worth (bounded, whatever the arguments) for one page.
+	readBytes := s.pageBytes * approvalReadFactor
 	aps, err := s.st.ListApprovals(ctx, store.ListApprovalsParams{
 		Before: before, Limit: size + 1, State: state, Tool: req.GetTool(), Requester: filters.Requester,
+		MaxBytes: readBytes,
 	})
 	if err != nil {
 		return nil, err
 	}
 	resp := &toolsvcv1.ListApprovalsResponse{}
-	if len(aps) > size {
-		aps = aps[:size]
-		resp.NextPageToken = encodePageToken(aps[size-1].ID, filters)
-	}
-	for _, a := range aps {
-		pb, err := approvalToProto(a)
+	more, total, storeBytes, last := false, 0, 0, ""
+	for i, a := range aps {
+		storeBytes += store.ApprovalSize(a)
+		if i == size {
+			more = true
+			break
+		}
+		pb, err := approvalToProto(a, false)
 		if err != nil {
 			return nil, err
 		}
+		// A page holds at least one approval.
+		n := proto.Size(pb)
+		if i > 0 && total+n > s.pageBytes {
+			more = true
+			break
+		}
+		total += n
 		resp.Approvals = append(resp.Approvals, pb)
+		last = a.ID
+	}
+	// The store stops after the approval that passes the budget by its
+	// own measure: there may be more even if all it returned fit.
+	if more || storeBytes > readBytes {
+		resp.NextPageToken = encodePageToken(last, filters)
 	}
 	return resp, nil
 }
@@ -105,7 +134,7 @@ func (s *approvalServer) GetApproval(ctx context.Context, req *toolsvcv1.GetAppr
 	if err != nil {
 		return nil, err
 	}
-	pb, err := approvalToProto(a)
+	pb, err := approvalToProto(a, req.GetFullArguments())
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +163,7 @@ func (s *approvalServer) ResolveApproval(ctx context.Context, req *toolsvcv1.Res
 	if err != nil {
 		return nil, err
 	}
-	pb, err := approvalToProto(a)
+	pb, err := approvalToProto(a, false)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +242,7 @@ func (s *approvalServer) WatchApprovals(req *toolsvcv1.WatchApprovalsRequest, st
 		if !all && a.Requester != caller.ID {
 			return nil
 		}
-		pb, err := approvalToProto(a)
+		pb, err := approvalToProto(a, false)
 		if err != nil {
 			return err
 		}

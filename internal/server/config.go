@@ -38,6 +38,16 @@ type Config struct {
 	StoreProbeInterval time.Duration `mapstructure:"store_probe_interval"`
 	// Keepalive configures connection keepalive and its enforcement.
 	Keepalive KeepaliveConfig `mapstructure:"keepalive"`
+	// HandshakeTimeout bounds how long a new connection may take to set up
+	// (TLS and the HTTP/2 preface) before it is closed: a peer that opens
+	// sockets and never speaks holds a file descriptor for this long, not
+	// for gRPC's default of two minutes.
+	HandshakeTimeout time.Duration `mapstructure:"handshake_timeout"`
+	// MaxConnections bounds the connections open at once on the gRPC
+	// listener (the toolsvc main package wraps it in a limit); past it, new
+	// connections wait in the kernel's accept queue until one closes. Keep
+	// it well below the process's file descriptor limit.
+	MaxConnections int `mapstructure:"max_connections"`
 }
 
 // KeepaliveConfig configures keepalive pings: the server's own (to find
@@ -76,6 +86,13 @@ const (
 	DefaultMaxWatchStreams          = 1000
 	DefaultMaxWatchStreamsPrincipal = 16
 	DefaultStoreProbeInterval       = time.Second
+	// DefaultHandshakeTimeout is enough for a TLS handshake across the
+	// world, and short enough that idle sockets do not pile up.
+	DefaultHandshakeTimeout = 5 * time.Second
+	// DefaultMaxConnections leaves room below the common file descriptor
+	// limit of 1024 for the database pool, the operations port and logs
+	// (agents hold a connection each and multiplex their calls on it).
+	DefaultMaxConnections = 900
 )
 
 // Bounds of the message limits: below the minimum no real request fits;
@@ -95,6 +112,8 @@ func DefaultConfig() Config {
 		MaxWatchStreams:             DefaultMaxWatchStreams,
 		MaxWatchStreamsPerPrincipal: DefaultMaxWatchStreamsPrincipal,
 		StoreProbeInterval:          DefaultStoreProbeInterval,
+		HandshakeTimeout:            DefaultHandshakeTimeout,
+		MaxConnections:              DefaultMaxConnections,
 		Keepalive: KeepaliveConfig{
 			// Often enough to outlive the idle timeouts of load balancers
 			// (typically 60–350 s) and to find a vanished watcher in about a
@@ -142,6 +161,12 @@ func (c Config) Validate() error {
 	}
 	if c.StoreProbeInterval < 10*time.Millisecond {
 		add("store_probe_interval", "must be at least 10ms, not %s", c.StoreProbeInterval)
+	}
+	if c.HandshakeTimeout < 100*time.Millisecond || c.HandshakeTimeout > 2*time.Minute {
+		add("handshake_timeout", "must be from 100ms to 2m, not %s", c.HandshakeTimeout)
+	}
+	if c.MaxConnections < 1 {
+		add("max_connections", "must be positive, not %d", c.MaxConnections)
 	}
 	k := c.Keepalive
 	// gRPC raises a keepalive time or timeout below a second to a second.

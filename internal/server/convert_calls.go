@@ -1,11 +1,15 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/executor"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/safetext"
@@ -102,7 +106,9 @@ func executeResponseToProto(r *executor.Response) (*toolsvcv1.ExecuteToolRespons
 		Attempt: int32(r.Attempt),
 	}
 	if r.Outcome == store.OutcomeApprovalRequired && r.Approval != nil {
-		if pb.Approval, err = approvalToProto(r.Approval); err != nil {
+		// The caller sent the arguments: they come back cut, like any
+		// approval's.
+		if pb.Approval, err = approvalToProto(r.Approval, false); err != nil {
 			return nil, err
 		}
 	}
@@ -122,8 +128,20 @@ func previewToProto(p *store.Preview) (*toolsvcv1.Preview, error) {
 	return &toolsvcv1.Preview{Token: p.Token, Message: p.Message, Value: v, ExpireTime: timeToProto(p.ExpiresAt)}, nil
 }
 
-func approvalToProto(a *store.Approval) (*toolsvcv1.Approval, error) {
-	args, err := jsonToStruct(a.Arguments)
+// ApprovalArgumentsBytes bounds the arguments an approval shows, unless
+// GetApproval asks for them whole: a listing or a stream carries many
+// approvals, and one with megabytes of arguments must not make them too
+// large to send (docs/pipeline.md#approvals).
+const ApprovalArgumentsBytes = 16 << 10
+
+// approvalToProto converts an approval; its arguments are cut to
+// ApprovalArgumentsBytes unless full.
+func approvalToProto(a *store.Approval, full bool) (*toolsvcv1.Approval, error) {
+	raw, cut := a.Arguments, false
+	if !full && len(raw) > ApprovalArgumentsBytes {
+		raw, cut = cutArguments(raw), true
+	}
+	args, err := jsonToStruct(raw)
 	if err != nil {
 		return nil, fmt.Errorf("approval arguments: %w", err)
 	}
@@ -133,8 +151,23 @@ func approvalToProto(a *store.Approval) (*toolsvcv1.Approval, error) {
 		ArgumentsFingerprint: a.Fingerprint, IdempotencyKey: a.IdempotencyKey, Risk: riskToProto(a.Risk),
 		TraceId: a.TraceID, TaskId: a.TaskID, CreateTime: timeToProto(a.CreatedAt),
 		ExpireTime: timeToProto(a.ExpiresAt), Resolver: a.Resolver, Comment: a.Comment,
-		ResolveTime: timeToProto(a.ResolvedAt),
+		ResolveTime: timeToProto(a.ResolvedAt), ParentCallId: a.ParentCallID,
+		ArgumentsTruncated: cut, ArgumentsBytes: int64(len(a.Arguments)),
 	}, nil
+}
+
+// cutArguments cuts a JSON object of arguments to ApprovalArgumentsBytes
+// as audit details are cut: the fields that fit whole, smallest first,
+// strings that do not cut, and the marker keys truncated, bytes and
+// omitted.
+func cutArguments(raw json.RawMessage) json.RawMessage {
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil || m == nil {
+		return json.RawMessage(`{"truncated":true,"bytes":` + strconv.Itoa(len(raw)) + `}`)
+	}
+	return audit.EncodeDetail(m, ApprovalArgumentsBytes)
 }
 
 func callToProto(c *store.Call) (*toolsvcv1.Call, error) {
@@ -150,9 +183,15 @@ func callToProto(c *store.Call) (*toolsvcv1.Call, error) {
 		Result: res, AttemptCount: int32(c.AttemptCount), ResolvedBy: c.ResolvedBy,
 		ResolutionComment: c.ResolutionComment, CreateTime: timeToProto(c.CreatedAt),
 		UpdateTime: timeToProto(c.UpdatedAt), ExpireTime: timeToProto(c.ExpiresAt),
+		ParentCallId: c.ParentCallID,
 	}
 	if c.State == store.CallInProgress {
 		pb.LeaseExpireTime = timeToProto(c.LeaseExpiresAt)
+	}
+	// Progress is shown while the tool runs: once the call has an outcome
+	// (or waits), the last report may say less than the outcome does.
+	if c.State == store.CallInProgress && !c.ProgressAt.IsZero() {
+		pb.Progress = &toolsvcv1.CallProgress{Message: c.ProgressMessage, Time: timeToProto(c.ProgressAt)}
 	}
 	return pb, nil
 }

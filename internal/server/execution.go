@@ -48,6 +48,9 @@ func (s *executionServer) GetCall(ctx context.Context, req *toolsvcv1.GetCallReq
 	if err != nil {
 		return nil, err
 	}
+	if pb.ChildCallIds, err = s.ex.CallChildren(ctx, c.ID); err != nil {
+		return nil, err
+	}
 	return &toolsvcv1.GetCallResponse{Call: pb}, nil
 }
 

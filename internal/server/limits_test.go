@@ -583,8 +583,11 @@ func TestConfigValidate(t *testing.T) {
 	bad.MaxWatchStreamsPerPrincipal = 3
 	bad.StoreProbeInterval = 0
 	bad.Keepalive.MinTime = -time.Second
+	bad.HandshakeTimeout = 0
+	bad.MaxConnections = 0
 	err := bad.Validate()
-	for _, key := range []string{"server.max_recv_message_bytes", "server.max_watch_streams_per_principal", "server.store_probe_interval", "server.keepalive.min_time"} {
+	for _, key := range []string{"server.max_recv_message_bytes", "server.max_watch_streams_per_principal", "server.store_probe_interval",
+		"server.keepalive.min_time", "server.handshake_timeout", "server.max_connections"} {
 		if err == nil || !strings.Contains(err.Error(), key) {
 			t.Errorf("problem with %s not reported: %v", key, err)
 		}

@@ -89,6 +89,9 @@ type Options struct {
 	// AuditPageBytes bounds the encoded events of one ListAuditEvents page;
 	// 0 means DefaultAuditPageBytes.
 	AuditPageBytes int
+	// ApprovalPageBytes bounds the encoded approvals of one ListApprovals
+	// page; 0 means DefaultAuditPageBytes.
+	ApprovalPageBytes int
 	// StatsHandler, if set, sees every RPC (telemetry: the server span that
 	// continues the caller's trace, and the RPC metrics).
 	StatsHandler stats.Handler
@@ -199,6 +202,9 @@ func New(o Options) (*Server, error) {
 		grpc.MaxRecvMsgSize(HardMessageLimit(cfg.MaxRecvMessageBytes)),
 		grpc.MaxSendMsgSize(HardMessageLimit(cfg.MaxSendMessageBytes)),
 		grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
+		// A connection that has not finished its TLS handshake and HTTP/2
+		// preface by then is closed (see docs/configuration.md#limits).
+		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: k.MinTime, PermitWithoutStream: k.PermitWithoutStream}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			Time: k.Time, Timeout: k.Timeout, MaxConnectionIdle: k.MaxConnectionIdle,
@@ -213,7 +219,11 @@ func New(o Options) (*Server, error) {
 	s.grpc = grpc.NewServer(opts...)
 	toolsvcv1.RegisterRegistryServiceServer(s.grpc, &registryServer{reg: o.Registry, exports: export.NewExporter()})
 	toolsvcv1.RegisterToolExecutionServiceServer(s.grpc, &executionServer{ex: o.Executor})
-	toolsvcv1.RegisterApprovalServiceServer(s.grpc, &approvalServer{ex: o.Executor, st: o.Store, streams: s.streams})
+	approvalPage := o.ApprovalPageBytes
+	if approvalPage <= 0 {
+		approvalPage = DefaultAuditPageBytes
+	}
+	toolsvcv1.RegisterApprovalServiceServer(s.grpc, &approvalServer{ex: o.Executor, st: o.Store, streams: s.streams, pageBytes: approvalPage})
 	toolsvcv1.RegisterToolHealthServiceServer(s.grpc, &healthServer{tracker: o.Health, streams: s.streams})
 	toolsvcv1.RegisterAuditServiceServer(s.grpc, &auditServer{st: o.Store, pageBytes: pageBytes})
 	healthpb.RegisterHealthServer(s.grpc, s.health)

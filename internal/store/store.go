@@ -28,6 +28,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -43,7 +44,66 @@ var (
 	// ErrInvalid: the caller passed something the store cannot hold (a bad
 	// page cursor, a missing required field).
 	ErrInvalid = errors.New("invalid request to store")
+	// ErrParkLimit: parking the call would take its principal past its
+	// ParkLimits (the error is a *ParkLimitError saying which).
+	ErrParkLimit = errors.New("park limit reached")
 )
+
+// ParkLimits bound what one principal may have parked at once: calls
+// AWAITING_APPROVAL or AWAITING_PREVIEW, and the bytes they hold
+// (ParkedBytes). A zero field is no bound.
+type ParkLimits struct {
+	MaxCalls int
+	MaxBytes int64
+}
+
+// ParkedBytes is what a parked call holds, as ParkLimits count it: its
+// approval's arguments, or its preview's message and value.
+func ParkedBytes(a *Approval, p *Preview) int64 {
+	var n int64
+	if a != nil {
+		n += int64(len(a.Arguments))
+	}
+	if p != nil {
+		n += int64(len(p.Message) + len(p.Value))
+	}
+	return n
+}
+
+// ParkLimitError is ClaimCall's refusal to park a call past its principal's
+// ParkLimits. It matches ErrParkLimit.
+type ParkLimitError struct {
+	Principal string
+	Limits    ParkLimits
+	// Calls and Bytes are what the principal has parked without this call;
+	// Adding is the bytes this call would hold.
+	Calls  int
+	Bytes  int64
+	Adding int64
+}
+
+func (e *ParkLimitError) Error() string {
+	return fmt.Sprintf("principal %q has %d calls parked holding %d bytes; one more of %d bytes would pass its limits (%d calls, %d bytes)",
+		e.Principal, e.Calls, e.Bytes, e.Adding, e.Limits.MaxCalls, e.Limits.MaxBytes)
+}
+
+// Is makes a ParkLimitError match ErrParkLimit.
+func (e *ParkLimitError) Is(target error) bool { return target == ErrParkLimit }
+
+// CallsExceeded reports whether it is the number of calls that is at its
+// limit (else the bytes are).
+func (e *ParkLimitError) CallsExceeded() bool {
+	return e.Limits.MaxCalls > 0 && e.Calls+1 > e.Limits.MaxCalls
+}
+
+// Check returns a *ParkLimitError if one more call of adding bytes would
+// take usage of calls and bytes past l, or nil.
+func (l ParkLimits) Check(principal string, calls int, bytes, adding int64) error {
+	if (l.MaxCalls > 0 && calls+1 > l.MaxCalls) || (l.MaxBytes > 0 && bytes+adding > l.MaxBytes) {
+		return &ParkLimitError{Principal: principal, Limits: l, Calls: calls, Bytes: bytes, Adding: adding}
+	}
+	return nil
+}
 
 // Store is the whole storage interface.
 type Store interface {
@@ -222,6 +282,18 @@ type ListToolHealthParams struct {
 
 // CallStore holds call records: the idempotency keys and what became of them.
 // (PrincipalID, IdempotencyKey) is unique.
+//
+// A call is parked behind an approval while its State is AWAITING_APPROVAL
+// and its ApprovalID names that approval: the approval's own call
+// (Approval.CallID), and any call parked behind it by ParkCall (the parents
+// of a nested call that waits for a person). Likewise behind a preview
+// (AWAITING_PREVIEW, PreviewToken). Parents wait for the approval to be
+// decided: whenever an approval leaves PENDING — approved, denied, consumed,
+// expired or invalidated, by whichever method — every other call parked
+// behind it becomes RELEASED in the same transaction (so that a retry runs
+// it again), with the UpdatedAt and ExpiresAt the method gives its own call
+// (its own ExpiresAt kept where the method has none). The same holds for a
+// preview leaving PENDING.
 type CallStore interface {
 	// GetCall returns a call by id, or ErrNotFound.
 	GetCall(ctx context.Context, id string) (*Call, error)
@@ -245,7 +317,9 @@ type CallStore interface {
 	// transaction, and it returns (claimed call, true). Otherwise nothing is
 	// written and it returns (the record holding the key, false): any state
 	// but RELEASED, or RELEASED with another fingerprint. Across any number of
-	// concurrent callers and replicas, one key is claimed at most once.
+	// concurrent callers and replicas, one key is claimed at most once. A
+	// parked claim whose key is free but that would pass p.Limits writes
+	// nothing and returns a *ParkLimitError (ErrParkLimit).
 	ClaimCall(ctx context.Context, p ClaimCallParams) (*Call, bool, error)
 	// StartParkedCall moves a parked call to IN_PROGRESS, consuming what it
 	// was parked behind, in one atomic step:
@@ -277,6 +351,28 @@ type CallStore interface {
 	// events with it, and the outcome is still recorded. ErrConflict if the
 	// call is not in such a state; ErrNotFound if it does not exist.
 	FinishCall(ctx context.Context, p FinishCallParams) (*Call, error)
+	// ParkCall parks a call whose tool ran and ended waiting for a nested
+	// call's approval (p.ApprovalID) or preview (p.PreviewToken; exactly
+	// one is set, else ErrInvalid): the call must be as FinishCall requires
+	// (IN_PROGRESS, or UNKNOWN from a reaped lease, at p.Attempt). If the
+	// approval (preview) is still PENDING — judged under a lock that orders
+	// this against the methods that decide it — the call becomes
+	// AWAITING_APPROVAL with that ApprovalID (AWAITING_PREVIEW with that
+	// PreviewToken); otherwise, and if it does not exist, it becomes
+	// RELEASED: it was decided meanwhile, and a retry runs the call again.
+	// Either way Result is p.Result, UpdatedAt p.Now, ExpiresAt p.ExpiresAt,
+	// the lease is cleared and p.Events are appended. ErrConflict if the call
+	// is not in such a state; ErrNotFound if it does not exist.
+	ParkCall(ctx context.Context, p ParkCallParams) (*Call, error)
+	// ReportCallProgress records what the tool of an IN_PROGRESS call at
+	// attempt p.Attempt reports (ProgressMessage p.Message, ProgressAt
+	// p.Now) and renews its lease as RenewCallLease does, in one step.
+	// ErrConflict if the call is no longer so; ErrNotFound if it does not
+	// exist; ErrInvalid if p.Lease is not positive.
+	ReportCallProgress(ctx context.Context, p ReportCallProgressParams) error
+	// ListChildCalls returns the ids of the calls whose ParentCallID is
+	// parentID, oldest first (by id), at most limit of them (0: all).
+	ListChildCalls(ctx context.Context, parentID string, limit int) ([]string, error)
 	// ReleaseClaim gives back a reservation whose tool never started: the
 	// call holding (p.PrincipalID, p.IdempotencyKey) with ClaimToken p.Token,
 	// if it is IN_PROGRESS (or UNKNOWN from a reaped lease, not resolved by
@@ -342,6 +438,12 @@ type ClaimCallParams struct {
 	// clock (Call.LeaseExpiresAt is ignored).
 	Lease  time.Duration
 	Events []AuditEvent
+	// Limits bound, for a parked claim, what Call.PrincipalID may have
+	// parked once it is claimed (this call included); past them nothing is
+	// written and ClaimCall returns a *ParkLimitError. Judged atomically
+	// with the claim: concurrent claims of one principal never pass them
+	// together.
+	Limits ParkLimits
 }
 
 // StartParkedCallParams are StartParkedCall's inputs.
@@ -383,6 +485,27 @@ type FinishCallParams struct {
 	Events    []AuditEvent
 	History   *TaskHistoryEntry
 	Health    *HealthChange
+}
+
+// ParkCallParams are ParkCall's inputs.
+type ParkCallParams struct {
+	CallID       string
+	Attempt      int
+	ApprovalID   string
+	PreviewToken string
+	Result       *Result
+	Now          time.Time
+	ExpiresAt    time.Time
+	Events       []AuditEvent
+}
+
+// ReportCallProgressParams are ReportCallProgress' inputs.
+type ReportCallProgressParams struct {
+	CallID  string
+	Attempt int
+	Message string
+	Now     time.Time
+	Lease   time.Duration // from the store's clock (in memory, from Now)
 }
 
 // HealthChange is a health update applied inside another transaction.
@@ -473,6 +596,18 @@ type ListApprovalsParams struct {
 	Tool   string
 	// Requester, if set, selects the approvals of one principal's calls.
 	Requester string
+	// MaxBytes, when positive, ends the list early: after the first
+	// approval that brings the approvals' total ApprovalSize over it (so
+	// the list holds at least one). A negative value is ErrInvalid.
+	MaxBytes int
+}
+
+// ApprovalSize is an approval's size as MaxBytes counts it: the bytes of
+// its text fields and arguments.
+func ApprovalSize(a *Approval) int {
+	return len(a.ID) + len(a.CallID) + len(a.Requester) + len(a.Tool) + len(a.Action) + len(a.Arguments) +
+		len(a.Fingerprint) + len(a.IdempotencyKey) + len(a.TraceID) + len(a.TaskID) + len(a.StepID) +
+		len(a.Resolver) + len(a.Comment) + len(a.ToolIncarnation)
 }
 
 // ResolveApprovalParams are ResolveApproval's inputs.

@@ -134,6 +134,12 @@ type ToolHealth struct {
 	// Trips counts consecutive openings of the circuit; the cool-down doubles
 	// with each.
 	Trips int
+	// ErrorPrincipals are the principals whose calls make up the current
+	// run of ConsecutiveErrors, each once, in the order they first failed
+	// ("" for a failure seen without a caller); nil when there is none.
+	// The health machine keeps a few: enough to tell one principal's
+	// failures from several principals'.
+	ErrorPrincipals []string
 	// ProbeUntil: a probe call holds the half-open circuit until then.
 	ProbeUntil time.Time
 	// Drained: an operator forced the tool UNAVAILABLE.
@@ -240,6 +246,14 @@ type Call struct {
 	// ExpiresAt: the record may be deleted after this time (retention) unless
 	// it is IN_PROGRESS or parked.
 	ExpiresAt time.Time
+
+	// ParentCallID is set on a nested call: the call whose tool made it
+	// (docs/native-tools.md). It never changes.
+	ParentCallID string
+	// ProgressMessage and ProgressAt are what the call's tool last reported
+	// while it ran (ReportCallProgress), and when; empty until it reports.
+	ProgressMessage string
+	ProgressAt      time.Time
 }
 
 // ApprovalState is the lifecycle of an approval.
@@ -280,6 +294,9 @@ type Approval struct {
 	// ToolIncarnation is the tool's Incarnation when the approval was asked
 	// for ("" if unknown, which matches no tool).
 	ToolIncarnation string
+	// ParentCallID is the parent of the approval's call when that call is
+	// nested (Call.ParentCallID).
+	ParentCallID string
 }
 
 // PreviewState is the lifecycle of a preview token.
@@ -311,6 +328,9 @@ type Preview struct {
 
 	// ToolIncarnation is the tool's Incarnation when the preview was made.
 	ToolIncarnation string
+	// ParentCallID is the parent of the preview's call when that call is
+	// nested (Call.ParentCallID).
+	ParentCallID string
 }
 
 // AuditEvent is one entry of the append-only audit trail.

@@ -43,6 +43,7 @@ var storeOps = []string{
 	"CreateToolset", "UpdateToolset", "DeleteToolset", "GetToolset", "ListToolsets",
 	"GetToolHealth", "ListToolHealth", "UpdateToolHealth",
 	"GetCall", "GetCallByKey", "ClaimCall", "StartParkedCall", "RenewCallLease", "FinishCall",
+	"ParkCall", "ReportCallProgress", "ListChildCalls",
 	"ReleaseClaim", "ReleaseParkedCall", "ResolveCall", "ReapExpiredLeases", "ExpireApprovals",
 	"DeleteExpiredCalls",
 	"GetApproval", "ListApprovals", "ResolveApproval",
@@ -253,6 +254,27 @@ func (s *observedStore) FinishCall(ctx context.Context, p store.FinishCallParams
 	r, err := s.Store.FinishCall(ctx, p)
 	op.end(err)
 	return r, err
+}
+
+func (s *observedStore) ParkCall(ctx context.Context, p store.ParkCallParams) (*store.Call, error) {
+	ctx, op := s.begin(ctx, "ParkCall")
+	c, err := s.Store.ParkCall(ctx, p)
+	op.end(err)
+	return c, err
+}
+
+func (s *observedStore) ReportCallProgress(ctx context.Context, p store.ReportCallProgressParams) error {
+	ctx, op := s.begin(ctx, "ReportCallProgress")
+	err := s.Store.ReportCallProgress(ctx, p)
+	op.end(err)
+	return err
+}
+
+func (s *observedStore) ListChildCalls(ctx context.Context, parentID string, limit int) ([]string, error) {
+	ctx, op := s.begin(ctx, "ListChildCalls")
+	ids, err := s.Store.ListChildCalls(ctx, parentID, limit)
+	op.end(err)
+	return ids, err
 }
 
 func (s *observedStore) ReleaseClaim(ctx context.Context, p store.ReleaseClaimParams) (*store.Call, error) {

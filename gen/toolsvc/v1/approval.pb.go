@@ -162,7 +162,12 @@ type Approval struct {
 	Action string `protobuf:"bytes,6,opt,name=action,proto3" json:"action,omitempty"`
 	// The tool version the approval is bound to.
 	ToolVersion int64 `protobuf:"varint,7,opt,name=tool_version,json=toolVersion,proto3" json:"tool_version,omitempty"`
-	// The call's arguments, for the approver to judge.
+	// The call's arguments, for the approver to judge. Arguments larger than
+	// 16 KiB are shown cut (arguments_truncated) in listings, streams and
+	// GetApproval unless it asks for them whole: the fields that fit whole,
+	// smallest first, strings that do not cut on a character boundary
+	// (ending in "…"), and the keys "truncated" (true), "bytes" (the size of
+	// the whole) and "omitted" (the keys left out), as audit details are cut.
 	Arguments *structpb.Struct `protobuf:"bytes,8,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	// SHA-256 of the canonical JSON of the arguments, hex.
 	ArgumentsFingerprint string `protobuf:"bytes,9,opt,name=arguments_fingerprint,json=argumentsFingerprint,proto3" json:"arguments_fingerprint,omitempty"`
@@ -183,9 +188,18 @@ type Approval struct {
 	// The approver's comment.
 	Comment string `protobuf:"bytes,17,opt,name=comment,proto3" json:"comment,omitempty"`
 	// When it was resolved.
-	ResolveTime   *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=resolve_time,json=resolveTime,proto3" json:"resolve_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ResolveTime *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=resolve_time,json=resolveTime,proto3" json:"resolve_time,omitempty"`
+	// Set when the parked call is a step of another call (a nested call): the
+	// call whose tool made it, which is parked behind this approval too and
+	// goes on when it is retried after the approval.
+	ParentCallId string `protobuf:"bytes,19,opt,name=parent_call_id,json=parentCallId,proto3" json:"parent_call_id,omitempty"`
+	// True when arguments holds a cut form of the call's arguments, not all
+	// of them; the fingerprint is always the whole arguments'.
+	ArgumentsTruncated bool `protobuf:"varint,20,opt,name=arguments_truncated,json=argumentsTruncated,proto3" json:"arguments_truncated,omitempty"`
+	// Size of the call's whole arguments, in bytes of canonical JSON.
+	ArgumentsBytes int64 `protobuf:"varint,21,opt,name=arguments_bytes,json=argumentsBytes,proto3" json:"arguments_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Approval) Reset() {
@@ -344,10 +358,33 @@ func (x *Approval) GetResolveTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Approval) GetParentCallId() string {
+	if x != nil {
+		return x.ParentCallId
+	}
+	return ""
+}
+
+func (x *Approval) GetArgumentsTruncated() bool {
+	if x != nil {
+		return x.ArgumentsTruncated
+	}
+	return false
+}
+
+func (x *Approval) GetArgumentsBytes() int64 {
+	if x != nil {
+		return x.ArgumentsBytes
+	}
+	return 0
+}
+
 // ListApprovalsRequest asks for a page of approvals.
 type ListApprovalsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Maximum number to return; 0 means 50, at most 500.
+	// Maximum number to return; 0 means 50, at most 500. A page also ends
+	// before its approvals exceed approvals.page_bytes (it holds at least
+	// one); next_page_token continues.
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response's next_page_token.
 	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -476,7 +513,10 @@ func (x *ListApprovalsResponse) GetNextPageToken() string {
 type GetApprovalRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The approval's identifier.
-	ApprovalId    string `protobuf:"bytes,1,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
+	ApprovalId string `protobuf:"bytes,1,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
+	// Return the call's arguments whole, however large (they are at most
+	// parked.max_argument_bytes), instead of cut past 16 KiB.
+	FullArguments bool `protobuf:"varint,2,opt,name=full_arguments,json=fullArguments,proto3" json:"full_arguments,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -516,6 +556,13 @@ func (x *GetApprovalRequest) GetApprovalId() string {
 		return x.ApprovalId
 	}
 	return ""
+}
+
+func (x *GetApprovalRequest) GetFullArguments() bool {
+	if x != nil {
+		return x.FullArguments
+	}
+	return false
 }
 
 // GetApprovalResponse carries one approval.
@@ -794,7 +841,7 @@ var File_toolsvc_v1_approval_proto protoreflect.FileDescriptor
 const file_toolsvc_v1_approval_proto_rawDesc = "" +
 	"\n" +
 	"\x19toolsvc/v1/approval.proto\x12\n" +
-	"toolsvc.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17toolsvc/v1/common.proto\"\xc5\x05\n" +
+	"toolsvc.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17toolsvc/v1/common.proto\"\xc5\x06\n" +
 	"\bApproval\x12\x1f\n" +
 	"\vapproval_id\x18\x01 \x01(\tR\n" +
 	"approvalId\x12/\n" +
@@ -817,7 +864,10 @@ const file_toolsvc_v1_approval_proto_rawDesc = "" +
 	"expireTime\x12\x1a\n" +
 	"\bresolver\x18\x10 \x01(\tR\bresolver\x12\x18\n" +
 	"\acomment\x18\x11 \x01(\tR\acomment\x12=\n" +
-	"\fresolve_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\vresolveTime\"\x97\x01\n" +
+	"\fresolve_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\vresolveTime\x12$\n" +
+	"\x0eparent_call_id\x18\x13 \x01(\tR\fparentCallId\x12/\n" +
+	"\x13arguments_truncated\x18\x14 \x01(\bR\x12argumentsTruncated\x12'\n" +
+	"\x0farguments_bytes\x18\x15 \x01(\x03R\x0eargumentsBytes\"\x97\x01\n" +
 	"\x14ListApprovalsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -826,10 +876,11 @@ const file_toolsvc_v1_approval_proto_rawDesc = "" +
 	"\x04tool\x18\x04 \x01(\tR\x04tool\"s\n" +
 	"\x15ListApprovalsResponse\x122\n" +
 	"\tapprovals\x18\x01 \x03(\v2\x14.toolsvc.v1.ApprovalR\tapprovals\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"5\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\\\n" +
 	"\x12GetApprovalRequest\x12\x1f\n" +
 	"\vapproval_id\x18\x01 \x01(\tR\n" +
-	"approvalId\"G\n" +
+	"approvalId\x12%\n" +
+	"\x0efull_arguments\x18\x02 \x01(\bR\rfullArguments\"G\n" +
 	"\x13GetApprovalResponse\x120\n" +
 	"\bapproval\x18\x01 \x01(\v2\x14.toolsvc.v1.ApprovalR\bapproval\"\x8d\x01\n" +
 	"\x16ResolveApprovalRequest\x12\x1f\n" +

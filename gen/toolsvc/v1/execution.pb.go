@@ -557,7 +557,16 @@ type Call struct {
 	// When the record last changed.
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// When the record is removed (retention).
-	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// Set on a nested call (a step a native tool's call ran through the
+	// pipeline): the call whose tool made it.
+	ParentCallId string `protobuf:"bytes,23,opt,name=parent_call_id,json=parentCallId,proto3" json:"parent_call_id,omitempty"`
+	// The calls this call's tool made as steps, oldest first, at most 1000.
+	// Filled by GetCall only.
+	ChildCallIds []string `protobuf:"bytes,24,rep,name=child_call_ids,json=childCallIds,proto3" json:"child_call_ids,omitempty"`
+	// While IN_PROGRESS: what the call's tool last reported, and when; unset
+	// until it reports.
+	Progress      *CallProgress `protobuf:"bytes,25,opt,name=progress,proto3" json:"progress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -746,6 +755,82 @@ func (x *Call) GetExpireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Call) GetParentCallId() string {
+	if x != nil {
+		return x.ParentCallId
+	}
+	return ""
+}
+
+func (x *Call) GetChildCallIds() []string {
+	if x != nil {
+		return x.ChildCallIds
+	}
+	return nil
+}
+
+func (x *Call) GetProgress() *CallProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+// CallProgress is a running tool's last progress report.
+type CallProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool's message, at most 1000 bytes.
+	Message string `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	// When the tool reported it.
+	Time          *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallProgress) Reset() {
+	*x = CallProgress{}
+	mi := &file_toolsvc_v1_execution_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallProgress) ProtoMessage() {}
+
+func (x *CallProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_execution_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallProgress.ProtoReflect.Descriptor instead.
+func (*CallProgress) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_execution_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CallProgress) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *CallProgress) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 // GetCallRequest identifies a call.
 type GetCallRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -762,7 +847,7 @@ type GetCallRequest struct {
 
 func (x *GetCallRequest) Reset() {
 	*x = GetCallRequest{}
-	mi := &file_toolsvc_v1_execution_proto_msgTypes[5]
+	mi := &file_toolsvc_v1_execution_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +859,7 @@ func (x *GetCallRequest) String() string {
 func (*GetCallRequest) ProtoMessage() {}
 
 func (x *GetCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolsvc_v1_execution_proto_msgTypes[5]
+	mi := &file_toolsvc_v1_execution_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +872,7 @@ func (x *GetCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallRequest.ProtoReflect.Descriptor instead.
 func (*GetCallRequest) Descriptor() ([]byte, []int) {
-	return file_toolsvc_v1_execution_proto_rawDescGZIP(), []int{5}
+	return file_toolsvc_v1_execution_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetCallRequest) GetSelector() isGetCallRequest_Selector {
@@ -844,7 +929,7 @@ type GetCallResponse struct {
 
 func (x *GetCallResponse) Reset() {
 	*x = GetCallResponse{}
-	mi := &file_toolsvc_v1_execution_proto_msgTypes[6]
+	mi := &file_toolsvc_v1_execution_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +941,7 @@ func (x *GetCallResponse) String() string {
 func (*GetCallResponse) ProtoMessage() {}
 
 func (x *GetCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolsvc_v1_execution_proto_msgTypes[6]
+	mi := &file_toolsvc_v1_execution_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +954,7 @@ func (x *GetCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCallResponse.ProtoReflect.Descriptor instead.
 func (*GetCallResponse) Descriptor() ([]byte, []int) {
-	return file_toolsvc_v1_execution_proto_rawDescGZIP(), []int{6}
+	return file_toolsvc_v1_execution_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetCallResponse) GetCall() *Call {
@@ -894,7 +979,7 @@ type ResolveCallRequest struct {
 
 func (x *ResolveCallRequest) Reset() {
 	*x = ResolveCallRequest{}
-	mi := &file_toolsvc_v1_execution_proto_msgTypes[7]
+	mi := &file_toolsvc_v1_execution_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +991,7 @@ func (x *ResolveCallRequest) String() string {
 func (*ResolveCallRequest) ProtoMessage() {}
 
 func (x *ResolveCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolsvc_v1_execution_proto_msgTypes[7]
+	mi := &file_toolsvc_v1_execution_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1004,7 @@ func (x *ResolveCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveCallRequest.ProtoReflect.Descriptor instead.
 func (*ResolveCallRequest) Descriptor() ([]byte, []int) {
-	return file_toolsvc_v1_execution_proto_rawDescGZIP(), []int{7}
+	return file_toolsvc_v1_execution_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ResolveCallRequest) GetCallId() string {
@@ -954,7 +1039,7 @@ type ResolveCallResponse struct {
 
 func (x *ResolveCallResponse) Reset() {
 	*x = ResolveCallResponse{}
-	mi := &file_toolsvc_v1_execution_proto_msgTypes[8]
+	mi := &file_toolsvc_v1_execution_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1051,7 @@ func (x *ResolveCallResponse) String() string {
 func (*ResolveCallResponse) ProtoMessage() {}
 
 func (x *ResolveCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolsvc_v1_execution_proto_msgTypes[8]
+	mi := &file_toolsvc_v1_execution_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1064,7 @@ func (x *ResolveCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveCallResponse.ProtoReflect.Descriptor instead.
 func (*ResolveCallResponse) Descriptor() ([]byte, []int) {
-	return file_toolsvc_v1_execution_proto_rawDescGZIP(), []int{8}
+	return file_toolsvc_v1_execution_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ResolveCallResponse) GetCall() *Call {
@@ -1028,7 +1113,7 @@ const file_toolsvc_v1_execution_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12,\n" +
 	"\x05value\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x05value\x12;\n" +
 	"\vexpire_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\"\x93\a\n" +
+	"expireTime\"\x95\b\n" +
 	"\x04Call\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x1c\n" +
 	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12'\n" +
@@ -1057,7 +1142,13 @@ const file_toolsvc_v1_execution_proto_rawDesc = "" +
 	"\vupdate_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12;\n" +
 	"\vexpire_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\"b\n" +
+	"expireTime\x12$\n" +
+	"\x0eparent_call_id\x18\x17 \x01(\tR\fparentCallId\x12$\n" +
+	"\x0echild_call_ids\x18\x18 \x03(\tR\fchildCallIds\x124\n" +
+	"\bprogress\x18\x19 \x01(\v2\x18.toolsvc.v1.CallProgressR\bprogress\"X\n" +
+	"\fCallProgress\x12\x18\n" +
+	"\amessage\x18\x01 \x01(\tR\amessage\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"b\n" +
 	"\x0eGetCallRequest\x12\x19\n" +
 	"\acall_id\x18\x01 \x01(\tH\x00R\x06callId\x12)\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tH\x00R\x0eidempotencyKeyB\n" +
@@ -1099,7 +1190,7 @@ func file_toolsvc_v1_execution_proto_rawDescGZIP() []byte {
 }
 
 var file_toolsvc_v1_execution_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_toolsvc_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_toolsvc_v1_execution_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_toolsvc_v1_execution_proto_goTypes = []any{
 	(CallState)(0),                // 0: toolsvc.v1.CallState
 	(*CallContext)(nil),           // 1: toolsvc.v1.CallContext
@@ -1107,54 +1198,57 @@ var file_toolsvc_v1_execution_proto_goTypes = []any{
 	(*ExecuteToolResponse)(nil),   // 3: toolsvc.v1.ExecuteToolResponse
 	(*Preview)(nil),               // 4: toolsvc.v1.Preview
 	(*Call)(nil),                  // 5: toolsvc.v1.Call
-	(*GetCallRequest)(nil),        // 6: toolsvc.v1.GetCallRequest
-	(*GetCallResponse)(nil),       // 7: toolsvc.v1.GetCallResponse
-	(*ResolveCallRequest)(nil),    // 8: toolsvc.v1.ResolveCallRequest
-	(*ResolveCallResponse)(nil),   // 9: toolsvc.v1.ResolveCallResponse
-	(AutonomyLevel)(0),            // 10: toolsvc.v1.AutonomyLevel
-	(*structpb.Struct)(nil),       // 11: google.protobuf.Struct
-	(Outcome)(0),                  // 12: toolsvc.v1.Outcome
-	(*ToolResult)(nil),            // 13: toolsvc.v1.ToolResult
-	(RiskLevel)(0),                // 14: toolsvc.v1.RiskLevel
-	(GateDecision)(0),             // 15: toolsvc.v1.GateDecision
-	(*Approval)(nil),              // 16: toolsvc.v1.Approval
-	(*structpb.Value)(nil),        // 17: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*CallProgress)(nil),          // 6: toolsvc.v1.CallProgress
+	(*GetCallRequest)(nil),        // 7: toolsvc.v1.GetCallRequest
+	(*GetCallResponse)(nil),       // 8: toolsvc.v1.GetCallResponse
+	(*ResolveCallRequest)(nil),    // 9: toolsvc.v1.ResolveCallRequest
+	(*ResolveCallResponse)(nil),   // 10: toolsvc.v1.ResolveCallResponse
+	(AutonomyLevel)(0),            // 11: toolsvc.v1.AutonomyLevel
+	(*structpb.Struct)(nil),       // 12: google.protobuf.Struct
+	(Outcome)(0),                  // 13: toolsvc.v1.Outcome
+	(*ToolResult)(nil),            // 14: toolsvc.v1.ToolResult
+	(RiskLevel)(0),                // 15: toolsvc.v1.RiskLevel
+	(GateDecision)(0),             // 16: toolsvc.v1.GateDecision
+	(*Approval)(nil),              // 17: toolsvc.v1.Approval
+	(*structpb.Value)(nil),        // 18: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
 }
 var file_toolsvc_v1_execution_proto_depIdxs = []int32{
-	10, // 0: toolsvc.v1.CallContext.autonomy_level:type_name -> toolsvc.v1.AutonomyLevel
-	11, // 1: toolsvc.v1.ExecuteToolRequest.arguments:type_name -> google.protobuf.Struct
+	11, // 0: toolsvc.v1.CallContext.autonomy_level:type_name -> toolsvc.v1.AutonomyLevel
+	12, // 1: toolsvc.v1.ExecuteToolRequest.arguments:type_name -> google.protobuf.Struct
 	1,  // 2: toolsvc.v1.ExecuteToolRequest.context:type_name -> toolsvc.v1.CallContext
-	12, // 3: toolsvc.v1.ExecuteToolResponse.outcome:type_name -> toolsvc.v1.Outcome
-	13, // 4: toolsvc.v1.ExecuteToolResponse.result:type_name -> toolsvc.v1.ToolResult
-	14, // 5: toolsvc.v1.ExecuteToolResponse.risk:type_name -> toolsvc.v1.RiskLevel
-	15, // 6: toolsvc.v1.ExecuteToolResponse.gate_decision:type_name -> toolsvc.v1.GateDecision
-	16, // 7: toolsvc.v1.ExecuteToolResponse.approval:type_name -> toolsvc.v1.Approval
+	13, // 3: toolsvc.v1.ExecuteToolResponse.outcome:type_name -> toolsvc.v1.Outcome
+	14, // 4: toolsvc.v1.ExecuteToolResponse.result:type_name -> toolsvc.v1.ToolResult
+	15, // 5: toolsvc.v1.ExecuteToolResponse.risk:type_name -> toolsvc.v1.RiskLevel
+	16, // 6: toolsvc.v1.ExecuteToolResponse.gate_decision:type_name -> toolsvc.v1.GateDecision
+	17, // 7: toolsvc.v1.ExecuteToolResponse.approval:type_name -> toolsvc.v1.Approval
 	4,  // 8: toolsvc.v1.ExecuteToolResponse.preview:type_name -> toolsvc.v1.Preview
-	17, // 9: toolsvc.v1.Preview.value:type_name -> google.protobuf.Value
-	18, // 10: toolsvc.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
+	18, // 9: toolsvc.v1.Preview.value:type_name -> google.protobuf.Value
+	19, // 10: toolsvc.v1.Preview.expire_time:type_name -> google.protobuf.Timestamp
 	0,  // 11: toolsvc.v1.Call.state:type_name -> toolsvc.v1.CallState
-	14, // 12: toolsvc.v1.Call.risk:type_name -> toolsvc.v1.RiskLevel
-	15, // 13: toolsvc.v1.Call.gate_decision:type_name -> toolsvc.v1.GateDecision
-	13, // 14: toolsvc.v1.Call.result:type_name -> toolsvc.v1.ToolResult
-	18, // 15: toolsvc.v1.Call.lease_expire_time:type_name -> google.protobuf.Timestamp
-	18, // 16: toolsvc.v1.Call.create_time:type_name -> google.protobuf.Timestamp
-	18, // 17: toolsvc.v1.Call.update_time:type_name -> google.protobuf.Timestamp
-	18, // 18: toolsvc.v1.Call.expire_time:type_name -> google.protobuf.Timestamp
-	5,  // 19: toolsvc.v1.GetCallResponse.call:type_name -> toolsvc.v1.Call
-	12, // 20: toolsvc.v1.ResolveCallRequest.outcome:type_name -> toolsvc.v1.Outcome
-	5,  // 21: toolsvc.v1.ResolveCallResponse.call:type_name -> toolsvc.v1.Call
-	2,  // 22: toolsvc.v1.ToolExecutionService.ExecuteTool:input_type -> toolsvc.v1.ExecuteToolRequest
-	6,  // 23: toolsvc.v1.ToolExecutionService.GetCall:input_type -> toolsvc.v1.GetCallRequest
-	8,  // 24: toolsvc.v1.ToolExecutionService.ResolveCall:input_type -> toolsvc.v1.ResolveCallRequest
-	3,  // 25: toolsvc.v1.ToolExecutionService.ExecuteTool:output_type -> toolsvc.v1.ExecuteToolResponse
-	7,  // 26: toolsvc.v1.ToolExecutionService.GetCall:output_type -> toolsvc.v1.GetCallResponse
-	9,  // 27: toolsvc.v1.ToolExecutionService.ResolveCall:output_type -> toolsvc.v1.ResolveCallResponse
-	25, // [25:28] is the sub-list for method output_type
-	22, // [22:25] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	15, // 12: toolsvc.v1.Call.risk:type_name -> toolsvc.v1.RiskLevel
+	16, // 13: toolsvc.v1.Call.gate_decision:type_name -> toolsvc.v1.GateDecision
+	14, // 14: toolsvc.v1.Call.result:type_name -> toolsvc.v1.ToolResult
+	19, // 15: toolsvc.v1.Call.lease_expire_time:type_name -> google.protobuf.Timestamp
+	19, // 16: toolsvc.v1.Call.create_time:type_name -> google.protobuf.Timestamp
+	19, // 17: toolsvc.v1.Call.update_time:type_name -> google.protobuf.Timestamp
+	19, // 18: toolsvc.v1.Call.expire_time:type_name -> google.protobuf.Timestamp
+	6,  // 19: toolsvc.v1.Call.progress:type_name -> toolsvc.v1.CallProgress
+	19, // 20: toolsvc.v1.CallProgress.time:type_name -> google.protobuf.Timestamp
+	5,  // 21: toolsvc.v1.GetCallResponse.call:type_name -> toolsvc.v1.Call
+	13, // 22: toolsvc.v1.ResolveCallRequest.outcome:type_name -> toolsvc.v1.Outcome
+	5,  // 23: toolsvc.v1.ResolveCallResponse.call:type_name -> toolsvc.v1.Call
+	2,  // 24: toolsvc.v1.ToolExecutionService.ExecuteTool:input_type -> toolsvc.v1.ExecuteToolRequest
+	7,  // 25: toolsvc.v1.ToolExecutionService.GetCall:input_type -> toolsvc.v1.GetCallRequest
+	9,  // 26: toolsvc.v1.ToolExecutionService.ResolveCall:input_type -> toolsvc.v1.ResolveCallRequest
+	3,  // 27: toolsvc.v1.ToolExecutionService.ExecuteTool:output_type -> toolsvc.v1.ExecuteToolResponse
+	8,  // 28: toolsvc.v1.ToolExecutionService.GetCall:output_type -> toolsvc.v1.GetCallResponse
+	10, // 29: toolsvc.v1.ToolExecutionService.ResolveCall:output_type -> toolsvc.v1.ResolveCallResponse
+	27, // [27:30] is the sub-list for method output_type
+	24, // [24:27] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_toolsvc_v1_execution_proto_init() }
@@ -1164,7 +1258,7 @@ func file_toolsvc_v1_execution_proto_init() {
 	}
 	file_toolsvc_v1_approval_proto_init()
 	file_toolsvc_v1_common_proto_init()
-	file_toolsvc_v1_execution_proto_msgTypes[5].OneofWrappers = []any{
+	file_toolsvc_v1_execution_proto_msgTypes[6].OneofWrappers = []any{
 		(*GetCallRequest_CallId)(nil),
 		(*GetCallRequest_IdempotencyKey)(nil),
 	}
@@ -1174,7 +1268,7 @@ func file_toolsvc_v1_execution_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_toolsvc_v1_execution_proto_rawDesc), len(file_toolsvc_v1_execution_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

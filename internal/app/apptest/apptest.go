@@ -42,6 +42,9 @@ func Config(t testing.TB, backend string) *config.Config {
 	cfg.ShutdownTimeout = 5 * time.Second
 	switch backend {
 	case Memory:
+		// Said explicitly, as a production configuration must: tests that
+		// switch authentication on keep the memory store.
+		cfg.Store = config.StoreMemory
 	case Postgres:
 		cfg.DatabaseURL = pgtest.NewDatabase(t)
 	default:

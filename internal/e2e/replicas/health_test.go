@@ -141,11 +141,14 @@ func TestHealthCircuitThroughAPI(t *testing.T) {
 		stream := watchHealth(ctx, t, b, "flaky")
 		stream.next(healthy, 0)
 
+		// Two principals take turns: one principal's errors alone open
+		// only its own circuit (docs/pipeline.md#tool-health).
 		n := 0
 		run := func(mode string) *toolsvcv1.ExecuteToolResponse {
 			t.Helper()
 			n++
-			resp, err := a.call(ctx, t, agent, "flaky", fmt.Sprintf("call-%02d", n), map[string]any{"mode": mode})
+			who := []string{agent, agent + "-2"}[n%2]
+			resp, err := a.call(ctx, t, who, "flaky", fmt.Sprintf("call-%02d", n), map[string]any{"mode": mode})
 			if err != nil {
 				t.Fatalf("call %d (%s): %v", n, mode, err)
 			}

@@ -25,10 +25,11 @@ func (s *Store) GetApproval(ctx context.Context, id string) (*store.Approval, er
 
 // ListApprovals implements store.ApprovalStore.
 func (s *Store) ListApprovals(ctx context.Context, p store.ListApprovalsParams) ([]*store.Approval, error) {
-	if p.Limit < 0 {
-		return nil, fmt.Errorf("negative limit: %w", store.ErrInvalid)
+	if p.Limit < 0 || p.MaxBytes < 0 {
+		return nil, fmt.Errorf("negative limit or byte budget: %w", store.ErrInvalid)
 	}
 	var out []*store.Approval
+	total := 0
 	err := s.read(ctx, func(st *state) error {
 		ids := sortedKeys(st.approvals)
 		slices.Reverse(ids)
@@ -42,6 +43,9 @@ func (s *Store) ListApprovals(ctx context.Context, p store.ListApprovalsParams) 
 			}
 			out = append(out, cloneApproval(a))
 			if p.Limit > 0 && len(out) == p.Limit {
+				break
+			}
+			if total += store.ApprovalSize(a); p.MaxBytes > 0 && total > p.MaxBytes {
 				break
 			}
 		}
@@ -93,6 +97,8 @@ func (s *Store) ResolveApproval(ctx context.Context, p store.ResolveApprovalPara
 				st.save(r, c)
 			}
 		}
+		retain := normTime(p.CallExpiresAt)
+		st.releaseBehindApproval(a, a.CallID, now, &retain)
 		st.appendEvents(events)
 		tx.notify(store.TopicApprovals, a.ID)
 		out = cloneApproval(a)

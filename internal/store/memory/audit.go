@@ -38,18 +38,48 @@ func (st *state) appendEvents(events []*store.AuditEvent) {
 		st.auditIDs[r.id()] = struct{}{}
 		st.auditTimes.push(r.time, r.seq)
 		if e.CallID != "" {
-			st.markEvent(e.CallID, e.Type)
+			st.markEvent(e.CallID, e.Type, st.seq)
 		}
 	}
 	if len(events) == 0 {
 		return
 	}
 	if st.maxAudit > 0 {
-		for st.auditLen() > st.maxAudit {
-			st.deleteEventAt(st.auditHead)
-		}
+		st.evictAudit()
 	}
 	st.auditTimes.compact(st.auditLen(), st.validEventTime)
+}
+
+// evictAudit deletes the oldest events while there are more than the
+// bound, skipping the events of calls that are parked or in progress
+// (pinned). If only pinned events are left, the trail stays over the bound.
+func (st *state) evictAudit() {
+	for st.auditLen() > st.maxAudit {
+		i := st.auditHead
+		if st.pinSeq >= st.audit[i].seq {
+			i = st.eventIndex(st.pinSeq)
+		}
+		for i < len(st.audit) && (st.audit[i].deleted() || st.pinned(&st.audit[i])) {
+			i++
+		}
+		if i == len(st.audit) {
+			st.pinSeq = st.seq
+			return
+		}
+		st.pinSeq = st.audit[i].seq - 1
+		st.deleteEventAt(i)
+	}
+}
+
+// pinned reports whether the bound must keep e: an event of a call that is
+// parked or in progress, unless its type is one a caller can repeat.
+func (st *state) pinned(e *auditRec) bool {
+	id := e.str(afCallID)
+	if id == "" || st.evictable[e.str(afType)] {
+		return false
+	}
+	r := st.calls[id]
+	return r != nil && r.active()
 }
 
 // auditLen is how many events the trail holds.

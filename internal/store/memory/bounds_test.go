@@ -116,7 +116,8 @@ func TestBounds(t *testing.T) {
 		t.Errorf("task history %+v, %v; want the newest call's entry alone", hist, err)
 	}
 
-	// The newest six events, in order.
+	// Six events, in order: those of the running and the parked call
+	// (pinned while they are so), then the newest four.
 	events, err := s.ListAuditEvents(ctx, store.AuditFilter{})
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +127,7 @@ func TestBounds(t *testing.T) {
 		seqs = append(seqs, e.Seq)
 	}
 	last := int64(ev)
-	if want := []int64{last - 5, last - 4, last - 3, last - 2, last - 1, last}; !slices.Equal(seqs, want) {
+	if want := []int64{1, 2, last - 3, last - 2, last - 1, last}; !slices.Equal(seqs, want) {
 		t.Fatalf("events kept %v, want %v", seqs, want)
 	}
 	if got, _ := s.ListAuditEvents(ctx, store.AuditFilter{CallID: unknown.ID, Types: []string{audit.ToolCallDeduped}}); len(got) != 0 {
@@ -205,5 +206,90 @@ func TestSweepsByTime(t *testing.T) {
 	got, err := s.ListAuditEvents(ctx, store.AuditFilter{})
 	if err != nil || len(got) != 2 || got[0].ID != evs[0].ID || got[1].ID != evs[2].ID {
 		t.Fatalf("events left %v, %v; want those of 30 s and 20 s", got, err)
+	}
+}
+
+// TestAuditBoundKeepsActiveCalls: the audit bound never deletes the events
+// of a call that is parked or in progress, however many events others
+// append, except the types a caller can repeat at will; once the call has
+// moved on, its events go first, being the oldest.
+func TestAuditBoundKeepsActiveCalls(t *testing.T) {
+	s := memory.New(memory.WithMaxAuditEvents(10), memory.WithEvictableCallEvents(audit.ToolCallDeduped))
+	defer s.Close()
+	ctx := t.Context()
+	ev := 0
+	event := func(typ, callID string) []store.AuditEvent {
+		ev++
+		return []store.AuditEvent{boundsEvent(typ, callID, ev)}
+	}
+	parked := boundsCall("parked", store.CallAwaitingApproval)
+	parked.ApprovalID = "approval-1"
+	if _, ok, err := s.ClaimCall(ctx, store.ClaimCallParams{Call: parked, Events: event(audit.GateRequired, parked.ID),
+		Approval: &store.Approval{ID: "approval-1", CallID: parked.ID, Requester: "agent-1", Tool: "files",
+			Action: "write", State: store.ApprovalPending, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}}); err != nil || !ok {
+		t.Fatalf("park: %v %v", ok, err)
+	}
+	running := boundsCall("running", store.CallInProgress)
+	if _, ok, err := s.ClaimCall(ctx, store.ClaimCallParams{Call: running, Lease: time.Hour,
+		Events: event(audit.ToolCallAttempted, running.ID)}); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	// The parked call's retries are replays: not pinned.
+	for range 3 {
+		if err := s.AppendAuditEvents(ctx, event(audit.ToolCallDeduped, parked.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another caller drives the trail far past its bound.
+	for i := range 200 {
+		if err := s.AppendAuditEvents(ctx, event(audit.ToolCallRejected, fmt.Sprintf("other-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kinds := func(callID string) []string {
+		t.Helper()
+		evs, err := s.ListAuditEvents(ctx, store.AuditFilter{CallID: callID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range evs {
+			out = append(out, e.Type)
+		}
+		return out
+	}
+	if got := kinds(parked.ID); !slices.Equal(got, []string{audit.GateRequired}) {
+		t.Fatalf("events of the parked call: %v, want its gate.required alone", got)
+	}
+	if got := kinds(running.ID); !slices.Equal(got, []string{audit.ToolCallAttempted}) {
+		t.Fatalf("events of the running call: %v", got)
+	}
+	all, err := s.ListAuditEvents(ctx, store.AuditFilter{})
+	if err != nil || len(all) != 10 {
+		t.Fatalf("%d events kept, want the bound's 10 (%v)", len(all), err)
+	}
+
+	// The running call finishes and the approval expires: both leave their
+	// pinned states, and their events are the oldest to go.
+	if _, err := s.FinishCall(ctx, store.FinishCallParams{CallID: running.ID, Attempt: 1, State: store.CallSucceeded,
+		Result: &store.Result{Success: true}, Now: t0, ExpiresAt: t0.Add(time.Hour),
+		Events: event(audit.ToolCallSucceeded, running.ID)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ExpireApprovals(ctx, store.ExpireParams{Now: t0.Add(2 * time.Hour), ExpiresAt: t0.Add(3 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendAuditEvents(ctx, event(audit.ToolCallRejected, "other-last")); err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(parked.ID); len(got) != 0 {
+		t.Fatalf("events of the released call: %v, want none (the oldest go first)", got)
+	}
+	if got := kinds(running.ID); !slices.Equal(got, []string{audit.ToolCallSucceeded}) {
+		t.Fatalf("events of the finished call: %v, want its newest alone", got)
+	}
+	all, err = s.ListAuditEvents(ctx, store.AuditFilter{})
+	if err != nil || len(all) != 10 || all[len(all)-1].CallID != "other-last" {
+		t.Fatalf("%d events kept (%v), want the newest 10", len(all), err)
 	}
 }

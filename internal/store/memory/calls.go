@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
 
@@ -138,11 +139,22 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 		if err := st.checkEvents(events); err != nil {
 			return err
 		}
+		parkBytes := store.ParkedBytes(approval, preview)
+		if call.State.Parked() {
+			u := st.parked[call.PrincipalID]
+			if err := p.Limits.Check(call.PrincipalID, u.calls, u.bytes, parkBytes); err != nil {
+				return err
+			}
+		}
 
+		rec := heldRec
 		if heldRec != nil {
 			st.save(heldRec, call)
 		} else {
-			st.insertCall(call)
+			rec = st.insertCall(call)
+		}
+		if call.State.Parked() {
+			st.park(rec, parkBytes)
 		}
 		if approval != nil {
 			st.approvals[approval.ID] = approval
@@ -234,10 +246,12 @@ func (s *Store) StartParkedCall(ctx context.Context, p store.StartParkedCallPara
 		}
 		if approval != nil {
 			approval.State = store.ApprovalConsumed
+			st.releaseBehindApproval(approval, c.ID, now, nil)
 			tx.notify(store.TopicApprovals, approval.ID)
 		}
 		if preview != nil {
 			preview.State = store.PreviewConsumed
+			st.releaseBehindPreview(preview, c.ID, now, nil)
 		}
 		c.State = store.CallInProgress
 		c.LeaseExpiresAt = normTime(now.Add(p.Lease))
@@ -350,6 +364,98 @@ func (s *Store) FinishCall(ctx context.Context, p store.FinishCallParams) (*stor
 	return out, err
 }
 
+// ParkCall implements store.CallStore.
+func (s *Store) ParkCall(ctx context.Context, p store.ParkCallParams) (*store.Call, error) {
+	if (p.ApprovalID == "") == (p.PreviewToken == "") {
+		return nil, fmt.Errorf("park call %q: exactly one of an approval and a preview token: %w", p.CallID, store.ErrInvalid)
+	}
+	result, err := importResult(p.Result)
+	if err != nil {
+		return nil, err
+	}
+	events, err := importEvents(p.Events)
+	if err != nil {
+		return nil, err
+	}
+	var out *store.Call
+	err = s.write(ctx, func(tx *tx) error {
+		st := tx.st
+		r, c := st.call(p.CallID)
+		if r == nil {
+			return fmt.Errorf("call %q: %w", p.CallID, store.ErrNotFound)
+		}
+		running := c.State == store.CallInProgress
+		reaped := c.State == store.CallUnknown && c.ResolvedBy == ""
+		if !(running || reaped) || c.AttemptCount != p.Attempt {
+			return fmt.Errorf("call %q is %s at attempt %d, cannot park attempt %d: %w", c.ID, c.State, c.AttemptCount, p.Attempt, store.ErrConflict)
+		}
+		if err := st.checkEvents(events); err != nil {
+			return err
+		}
+		c.State = store.CallReleased
+		c.ApprovalID, c.PreviewToken = p.ApprovalID, p.PreviewToken
+		if a := st.approvals[p.ApprovalID]; p.ApprovalID != "" && a != nil && a.State == store.ApprovalPending {
+			c.State = store.CallAwaitingApproval
+			st.waitingApprovals[a.ID] = append(st.waitingApprovals[a.ID], c.ID)
+		}
+		if pv := st.previews[p.PreviewToken]; p.PreviewToken != "" && pv != nil && pv.State == store.PreviewPending {
+			c.State = store.CallAwaitingPreview
+			st.waitingPreviews[pv.Token] = append(st.waitingPreviews[pv.Token], c.ID)
+		}
+		c.Result = result
+		c.UpdatedAt = normTime(p.Now)
+		c.ExpiresAt = normTime(p.ExpiresAt)
+		c.LeaseExpiresAt = time.Time{}
+		st.save(r, c)
+		st.appendEvents(events)
+		out = c
+		return nil
+	})
+	return out, err
+}
+
+// ReportCallProgress implements store.CallStore.
+func (s *Store) ReportCallProgress(ctx context.Context, p store.ReportCallProgressParams) error {
+	if p.Lease <= 0 {
+		return fmt.Errorf("reporting progress renews the lease, and needs one: %w", store.ErrInvalid)
+	}
+	if err := safetext.Check(p.Message); err != nil {
+		return fmt.Errorf("progress message %v: %w", err, store.ErrInvalid)
+	}
+	now := normTime(p.Now)
+	return s.write(ctx, func(tx *tx) error {
+		st := tx.st
+		r, c := st.call(p.CallID)
+		if r == nil {
+			return fmt.Errorf("call %q: %w", p.CallID, store.ErrNotFound)
+		}
+		if c.State != store.CallInProgress || c.AttemptCount != p.Attempt {
+			return fmt.Errorf("call %q is %s at attempt %d, progress of attempt %d refused: %w", c.ID, c.State, c.AttemptCount, p.Attempt, store.ErrConflict)
+		}
+		c.ProgressMessage, c.ProgressAt = p.Message, now
+		c.LeaseExpiresAt = normTime(now.Add(p.Lease))
+		st.save(r, c)
+		return nil
+	})
+}
+
+// ListChildCalls implements store.CallStore.
+func (s *Store) ListChildCalls(ctx context.Context, parentID string, limit int) ([]string, error) {
+	if limit < 0 {
+		return nil, fmt.Errorf("negative limit: %w", store.ErrInvalid)
+	}
+	var out []string
+	err := s.read(ctx, func(st *state) error {
+		out = slices.Clone(st.children[parentID])
+		slices.Sort(out)
+		if limit > 0 && len(out) > limit {
+			out = out[:limit]
+		}
+		return nil
+	})
+	return out, err
+}
+
 // ReleaseClaim implements store.CallStore.
 func (s *Store) ReleaseClaim(ctx context.Context, p store.ReleaseClaimParams) (*store.Call, error) {
 	if p.Token == "" || p.AnsweredEvent == "" {
@@ -422,17 +528,20 @@ func (s *Store) ReleaseParkedCall(ctx context.Context, p store.ReleaseParkedCall
 		if err := st.checkEvents(events); err != nil {
 			return err
 		}
+		now, retain := normTime(p.Now), normTime(p.ExpiresAt)
+		c.State = store.CallReleased
+		c.UpdatedAt = now
+		c.ExpiresAt = retain
+		st.save(r, c)
 		if a := st.approvals[c.ApprovalID]; p.ApprovalState != "" && a != nil {
 			a.State = p.ApprovalState
+			st.releaseBehindApproval(a, "", now, &retain)
 			tx.notify(store.TopicApprovals, a.ID)
 		}
 		if pv := st.previews[c.PreviewToken]; p.PreviewState != "" && pv != nil {
 			pv.State = p.PreviewState
+			st.releaseBehindPreview(pv, "", now, &retain)
 		}
-		c.State = store.CallReleased
-		c.UpdatedAt = normTime(p.Now)
-		c.ExpiresAt = normTime(p.ExpiresAt)
-		st.save(r, c)
 		st.appendEvents(events)
 		out = c
 		return nil
@@ -622,6 +731,7 @@ func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) (*sto
 		for _, e := range approvalExpiries {
 			st.approvals[e.approval.ID] = e.approval
 			release(e.approval.CallID, store.CallAwaitingApproval, func(c *store.Call) bool { return c.ApprovalID == e.approval.ID })
+			st.releaseBehindApproval(e.approval, "", now, &retain)
 			st.appendEvents(e.events)
 			tx.notify(store.TopicApprovals, e.approval.ID)
 			out.Approvals = append(out.Approvals, cloneApproval(e.approval))
@@ -629,6 +739,7 @@ func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) (*sto
 		for _, e := range previewExpiries {
 			st.previews[e.preview.Token] = e.preview
 			release(e.preview.CallID, store.CallAwaitingPreview, func(c *store.Call) bool { return c.PreviewToken == e.preview.Token })
+			st.releaseBehindPreview(e.preview, "", now, &retain)
 			st.appendEvents(e.events)
 			out.Previews = append(out.Previews, clonePreview(e.preview))
 		}

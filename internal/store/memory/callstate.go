@@ -2,6 +2,8 @@ package memory
 
 import (
 	"cmp"
+	"slices"
+	"time"
 
 	"github.com/toolsvc/toolsvc/internal/store"
 )
@@ -60,14 +62,133 @@ func (st *state) insertCall(c *store.Call) *callRec {
 	st.calls[r.id()] = r
 	st.callKeys[callKey{r.principal(), r.key()}] = r
 	st.reindex(r, zeroMicros, zeroMicros, 0)
+	st.adopt(r.id(), "", c.ParentCallID)
 	return r
 }
 
 // save writes c (the decoded, changed r) back into r.
 func (st *state) save(r *callRec, c *store.Call) {
 	lease, expires, class := r.lease, r.expires, r.class
+	parent := r.str(cfParentCallID)
+	active := r.active()
 	r.set(c)
 	st.reindex(r, lease, expires, class)
+	st.adopt(r.id(), parent, c.ParentCallID)
+	if active && !r.active() {
+		st.unpin(r)
+	}
+	if r.parkCounted && !r.state().Parked() {
+		st.unpark(r)
+	}
+}
+
+// adopt moves call id from the children of parent from to those of to.
+func (st *state) adopt(id, from, to string) {
+	if from == to {
+		return
+	}
+	if from != "" {
+		st.unlinkChild(from, id)
+	}
+	if to != "" {
+		st.children[to] = append(st.children[to], id)
+	}
+}
+
+// unlinkChild removes id from the children of parent.
+func (st *state) unlinkChild(parent, id string) {
+	kids := st.children[parent]
+	if i := slices.Index(kids, id); i >= 0 {
+		kids = slices.Delete(kids, i, i+1)
+	}
+	if len(kids) == 0 {
+		delete(st.children, parent)
+	} else {
+		st.children[parent] = kids
+	}
+}
+
+// releaseBehindApproval releases the calls parked behind approval a but
+// except: its own call and the parents ParkCall parked behind it (see
+// store.CallStore). expires nil (or zero) keeps each call's ExpiresAt.
+func (st *state) releaseBehindApproval(a *store.Approval, except string, now time.Time, expires *time.Time) {
+	ids := append([]string{a.CallID}, st.waitingApprovals[a.ID]...)
+	delete(st.waitingApprovals, a.ID)
+	for _, id := range ids {
+		if id == except {
+			continue
+		}
+		if r, c := st.call(id); r != nil && c.State == store.CallAwaitingApproval && c.ApprovalID == a.ID {
+			st.release(r, c, now, expires)
+		}
+	}
+}
+
+// releaseBehindPreview is releaseBehindApproval for preview pv.
+func (st *state) releaseBehindPreview(pv *store.Preview, except string, now time.Time, expires *time.Time) {
+	ids := append([]string{pv.CallID}, st.waitingPreviews[pv.Token]...)
+	delete(st.waitingPreviews, pv.Token)
+	for _, id := range ids {
+		if id == except {
+			continue
+		}
+		if r, c := st.call(id); r != nil && c.State == store.CallAwaitingPreview && c.PreviewToken == pv.Token {
+			st.release(r, c, now, expires)
+		}
+	}
+}
+
+func (st *state) release(r *callRec, c *store.Call, now time.Time, expires *time.Time) {
+	c.State = store.CallReleased
+	c.UpdatedAt = now
+	if expires != nil && !expires.IsZero() {
+		c.ExpiresAt = *expires
+	}
+	st.save(r, c)
+}
+
+// parkUsage is what one principal has parked.
+type parkUsage struct {
+	calls int
+	bytes int64
+}
+
+// park counts r, just parked holding bytes, in its principal's usage.
+func (st *state) park(r *callRec, bytes int64) {
+	u := st.parked[r.principal()]
+	u.calls++
+	u.bytes += bytes
+	st.parked[r.principal()] = u
+	r.parkBytes, r.parkCounted = bytes, true
+}
+
+// unpark takes r, no longer parked (or deleted), out of its principal's
+// usage.
+func (st *state) unpark(r *callRec) {
+	u := st.parked[r.principal()]
+	u.calls--
+	u.bytes -= r.parkBytes
+	if u.calls <= 0 {
+		delete(st.parked, r.principal())
+	} else {
+		st.parked[r.principal()] = u
+	}
+	r.parkBytes, r.parkCounted = 0, false
+}
+
+// active reports whether the call is parked or in progress: its audit
+// events are kept whatever the audit bound (see WithMaxAuditEvents).
+func (r *callRec) active() bool {
+	s := r.state()
+	return s == store.CallInProgress || s.Parked()
+}
+
+// unpin notes that r's events are no longer pinned: if any lies within the
+// prefix the audit bound skips, the next eviction scans from the start.
+func (st *state) unpin(r *callRec) {
+	if r.firstSeq != 0 && r.firstSeq <= st.pinSeq {
+		st.pinSeq = 0
+	}
 }
 
 // reindex brings the indexes up to date with r, whose lease, expiry and
@@ -129,6 +250,10 @@ func (st *state) deleteCall(tx *tx, r *callRec) {
 	}
 	st.count(r.class, -1)
 	r.class = 0
+	st.unpin(r)
+	if r.parkCounted {
+		st.unpark(r)
+	}
 	// Go maps keep their size when emptied: once as many records have been
 	// deleted as remain, the maps are rebuilt at the size they need.
 	if st.callsGone++; st.callsGone > len(st.calls)+1024 {
@@ -139,10 +264,16 @@ func (st *state) deleteCall(tx *tx, r *callRec) {
 			delete(st.approvals, aid)
 			tx.notify(store.TopicApprovals, aid)
 		}
+		delete(st.waitingApprovals, aid)
 	}
+	if parent := r.str(cfParentCallID); parent != "" {
+		st.unlinkChild(parent, id)
+	}
+	delete(st.children, id)
 	delete(st.parkedApprovals, id)
 	for _, token := range st.parkedPreviews[id] {
 		delete(st.previews, token)
+		delete(st.waitingPreviews, token)
 	}
 	delete(st.parkedPreviews, id)
 	if r.histSeq != 0 {
@@ -174,12 +305,15 @@ func (st *state) enforceCallBound(tx *tx) {
 // maxTypeBits is how many event types callRec.events can tell apart.
 const maxTypeBits = 64
 
-// markEvent notes on the record of callID that an event of typ was
-// appended for it.
-func (st *state) markEvent(callID, typ string) {
+// markEvent notes on the record of callID that an event of typ, with Seq
+// seq, was appended for it.
+func (st *state) markEvent(callID, typ string, seq int64) {
 	r := st.calls[callID]
 	if r == nil {
 		return
+	}
+	if r.firstSeq == 0 {
+		r.firstSeq = seq
 	}
 	n, ok := st.eventTypes[typ]
 	if !ok {

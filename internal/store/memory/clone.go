@@ -132,6 +132,7 @@ func compactJSON(field string, raw *json.RawMessage) error {
 
 func cloneHealth(h *store.ToolHealth) *store.ToolHealth {
 	c := *h
+	c.ErrorPrincipals = slices.Clone(h.ErrorPrincipals)
 	return &c
 }
 
@@ -142,6 +143,11 @@ func importHealth(h store.ToolHealth) *store.ToolHealth {
 	h.CooldownUntil = normTime(h.CooldownUntil)
 	h.ProbeUntil = normTime(h.ProbeUntil)
 	h.UpdatedAt = normTime(h.UpdatedAt)
+	// As Postgres keeps it: an empty list reads back as none.
+	h.ErrorPrincipals = slices.Clone(h.ErrorPrincipals)
+	if len(h.ErrorPrincipals) == 0 {
+		h.ErrorPrincipals = nil
+	}
 	return &h
 }
 
@@ -190,6 +196,7 @@ func importCall(c *store.Call) (*store.Call, error) {
 	n.CreatedAt = normTime(c.CreatedAt)
 	n.UpdatedAt = normTime(c.UpdatedAt)
 	n.ExpiresAt = normTime(c.ExpiresAt)
+	n.ProgressAt = normTime(c.ProgressAt)
 	return &n, nil
 }
 

@@ -59,9 +59,24 @@ func WithMaxCalls(n int) Option {
 }
 
 // WithMaxAuditEvents bounds the audit events kept: past n, the oldest
-// (first appended) are deleted. 0 means no bound.
+// (first appended) are deleted, except the events of calls still parked
+// or in progress: an approver deciding a pending call, and an operator
+// judging a running one, must find how it came to be (the store may then
+// hold more than n). 0 means no bound.
 func WithMaxAuditEvents(n int) Option {
 	return func(st *state) { st.maxAudit = max(0, n) }
+}
+
+// WithEvictableCallEvents names event types that WithMaxAuditEvents may
+// delete even while their call is parked or in progress: those a caller
+// can repeat at will (replays of a pending call, refusals), which would
+// otherwise let one caller pin an unbounded number of events.
+func WithEvictableCallEvents(types ...string) Option {
+	return func(st *state) {
+		for _, t := range types {
+			st.evictable[t] = true
+		}
+	}
 }
 
 // state is everything the store holds. It is only touched with Store.mu held.
@@ -77,6 +92,15 @@ type state struct {
 	// call (they go with it).
 	parkedApprovals map[string][]string
 	parkedPreviews  map[string][]string
+	// children lists, by call id, the calls nested in it (their
+	// ParentCallID), in the order they were stored.
+	children map[string][]string
+	// waitingApprovals and waitingPreviews list, by approval id and preview
+	// token, the calls ParkCall parked behind another call's approval or
+	// preview (nested calls' parents). Entries are checked against the
+	// records when used; they go when the approval or preview is decided.
+	waitingApprovals map[string][]string
+	waitingPreviews  map[string][]string
 
 	// Call indexes: running calls by lease expiry, deletable ones by
 	// retention, forgettable ones in the order they became so; and how many
@@ -107,6 +131,17 @@ type state struct {
 	extraHistory map[string][]histRef
 
 	maxCalls, maxAudit int
+	// evictable are the event types the audit bound deletes even for
+	// active calls (WithEvictableCallEvents).
+	evictable map[string]bool
+	// parked is, by principal, the calls it has parked and the bytes they
+	// hold (store.ParkedBytes), for store.ParkLimits.
+	parked map[string]parkUsage
+	// pinSeq: every event kept with a Seq up to it belongs to a call that
+	// is parked or in progress (as of the last eviction), so the next
+	// eviction starts after it. A call that leaves those states with an
+	// event at or before it resets it to 0.
+	pinSeq int64
 }
 
 // New returns an empty store, bounded by DefaultMaxCalls and
@@ -114,21 +149,26 @@ type state struct {
 func New(opts ...Option) *Store {
 	s := &Store{
 		st: state{
-			tools:           make(map[string]*store.Tool),
-			toolsets:        make(map[string]*store.Toolset),
-			health:          make(map[string]*store.ToolHealth),
-			calls:           make(map[string]*callRec),
-			callKeys:        make(map[callKey]*callRec),
-			approvals:       make(map[string]*store.Approval),
-			previews:        make(map[string]*store.Preview),
-			parkedApprovals: make(map[string][]string),
-			parkedPreviews:  make(map[string][]string),
-			auditIDs:        make(map[string]struct{}),
-			eventTypes:      make(map[string]int),
-			history:         make(map[histKey]*histBucket),
-			extraHistory:    make(map[string][]histRef),
-			maxCalls:        DefaultMaxCalls,
-			maxAudit:        DefaultMaxAuditEvents,
+			tools:            make(map[string]*store.Tool),
+			toolsets:         make(map[string]*store.Toolset),
+			health:           make(map[string]*store.ToolHealth),
+			calls:            make(map[string]*callRec),
+			callKeys:         make(map[callKey]*callRec),
+			approvals:        make(map[string]*store.Approval),
+			previews:         make(map[string]*store.Preview),
+			parkedApprovals:  make(map[string][]string),
+			parkedPreviews:   make(map[string][]string),
+			children:         make(map[string][]string),
+			waitingApprovals: make(map[string][]string),
+			waitingPreviews:  make(map[string][]string),
+			auditIDs:         make(map[string]struct{}),
+			eventTypes:       make(map[string]int),
+			history:          make(map[histKey]*histBucket),
+			extraHistory:     make(map[string][]histRef),
+			evictable:        make(map[string]bool),
+			parked:           make(map[string]parkUsage),
+			maxCalls:         DefaultMaxCalls,
+			maxAudit:         DefaultMaxAuditEvents,
 		},
 		subs: make(map[*subscriber]struct{}),
 	}

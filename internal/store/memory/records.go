@@ -84,6 +84,8 @@ const (
 	cfResolutionComment
 	cfResultMessage
 	cfResultValue
+	cfParentCallID
+	cfProgressMessage
 	callFields
 )
 
@@ -105,6 +107,7 @@ type callRec struct {
 	ends    [callFields]uint32
 
 	created, updated, expires, lease int64 // Unix microseconds; 0: none
+	progressAt                       int64 // Unix microseconds
 	toolVersion                      int64
 	risk                             toolkit.RiskLevel
 	attempt                          int32
@@ -116,6 +119,13 @@ type callRec struct {
 	events uint64
 	// evictSeq is the record's place in the eviction queue (0: none).
 	evictSeq uint64
+	// firstSeq is the Seq of the first audit event appended for the call
+	// (0: none yet); see state.unpin.
+	firstSeq int64
+	// parkBytes is what the call holds while parked (store.ParkedBytes),
+	// counted in state.parked while parkCounted.
+	parkBytes   int64
+	parkCounted bool
 	// hist and histSeq locate the record's task history entry (histSeq 0:
 	// none); any further entries are in state.extraHistory.
 	hist    *histBucket
@@ -157,8 +167,9 @@ func (r *callRec) set(c *store.Call) {
 	}
 	r.text = packText(r.ends[:], c.Fingerprint, c.Tool, c.Action, string(c.State), c.TraceID, c.TaskID,
 		c.StepID, string(c.Decision), c.ApprovalID, c.PreviewToken, c.ClaimToken,
-		c.ResolvedBy, c.ResolutionComment, msg, val)
+		c.ResolvedBy, c.ResolutionComment, msg, val, c.ParentCallID, c.ProgressMessage)
 	r.created, r.updated = micros(c.CreatedAt), micros(c.UpdatedAt)
+	r.progressAt = micros(c.ProgressAt)
 	r.expires, r.lease = micros(c.ExpiresAt), micros(c.LeaseExpiresAt)
 	r.toolVersion = c.ToolVersion
 	r.risk = c.Risk
@@ -191,6 +202,9 @@ func (r *callRec) call() *store.Call {
 		CreatedAt:         fromMicros(r.created),
 		UpdatedAt:         fromMicros(r.updated),
 		ExpiresAt:         fromMicros(r.expires),
+		ParentCallID:      r.str(cfParentCallID),
+		ProgressMessage:   r.str(cfProgressMessage),
+		ProgressAt:        fromMicros(r.progressAt),
 	}
 	if r.flags&cHasResult != 0 {
 		c.Result = &store.Result{

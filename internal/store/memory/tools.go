@@ -154,12 +154,14 @@ func (s *Store) DeleteTool(ctx context.Context, p store.DeleteToolParams) (*stor
 		for i, a := range approvals {
 			st.approvals[a.ID] = a
 			release(a.CallID, store.CallAwaitingApproval, func(c *store.Call) bool { return c.ApprovalID == a.ID })
+			st.releaseBehindApproval(a, "", now, nil)
 			st.appendEvents(approvalEvents[i])
 			tx.notify(store.TopicApprovals, a.ID)
 		}
 		for i, pv := range previews {
 			st.previews[pv.Token] = pv
 			release(pv.CallID, store.CallAwaitingPreview, func(c *store.Call) bool { return c.PreviewToken == pv.Token })
+			st.releaseBehindPreview(pv, "", now, nil)
 			st.appendEvents(previewEvents[i])
 		}
 		tx.notify(store.TopicTools, p.Name)

@@ -20,10 +20,53 @@ func (s *Store) GetApproval(ctx context.Context, id string) (*store.Approval, er
 
 // ListApprovals implements store.ApprovalStore. Ids are UUIDv7 strings
 // compared in the "C" collation, so id order is creation order.
+//
+// With a byte budget the approvals are read in chunks (as audit events are,
+// see ListAuditEvents), each sized from the approvals read so far to fill
+// what is left of the budget: approvals with large arguments are not read
+// far past it.
 func (s *Store) ListApprovals(ctx context.Context, p store.ListApprovalsParams) ([]*store.Approval, error) {
-	if p.Limit < 0 {
-		return nil, fmt.Errorf("%w: list approvals: negative limit", store.ErrInvalid)
+	if p.Limit < 0 || p.MaxBytes < 0 {
+		return nil, fmt.Errorf("%w: list approvals: negative limit or byte budget", store.ErrInvalid)
 	}
+	if p.MaxBytes == 0 {
+		return s.listApprovals(ctx, p)
+	}
+	const firstChunk = 4
+	var out []*store.Approval
+	total := 0
+	for {
+		chunk := firstChunk
+		if len(out) > 0 {
+			avg := max(total/len(out), 1)
+			chunk = (p.MaxBytes-total)/avg + 1
+		}
+		if p.Limit > 0 {
+			chunk = min(chunk, p.Limit-len(out))
+		}
+		g := p
+		g.Limit = chunk
+		if len(out) > 0 {
+			g.Before = out[len(out)-1].ID
+		}
+		aps, err := s.listApprovals(ctx, g)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range aps {
+			out = append(out, a)
+			if total += store.ApprovalSize(a); total > p.MaxBytes {
+				return out, nil
+			}
+		}
+		if len(aps) < chunk || (p.Limit > 0 && len(out) >= p.Limit) {
+			return out, nil
+		}
+	}
+}
+
+// listApprovals is ListApprovals without a byte budget.
+func (s *Store) listApprovals(ctx context.Context, p store.ListApprovalsParams) ([]*store.Approval, error) {
 	var q query
 	if p.Before != "" {
 		q.where("id < ?", p.Before)
@@ -77,6 +120,7 @@ func (s *Store) ResolveApproval(ctx context.Context, p store.ResolveApprovalPara
 				WHERE id = $1 AND state = 'AWAITING_APPROVAL' AND approval_id = $2`,
 				out.CallID, out.ID, callResult, p.Now, tsArg(p.CallExpiresAt))
 		}
+		tl.releaseBehindApprovals([]string{out.ID}, p.Now, p.CallExpiresAt, out.CallID)
 		tl.events(p.Events)
 		tl.notify(store.TopicApprovals, out.ID)
 		return tl.send(ctx, tx)

@@ -54,7 +54,8 @@ func (s *Store) GetCallByKey(ctx context.Context, principalID, key string) (*sto
 // The lease ($17, an interval or NULL) runs from the database's clock, which
 // every replica shares (see leaseArg).
 var claimCallSQL = `INSERT INTO calls (` + callColumns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, now() + $17::interval, $18, $19, $20, $21, $22, $23, $24)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, now() + $17::interval, $18, $19, $20, $21, $22, $23, $24,
+		$25, $26, $27)
 	ON CONFLICT ON CONSTRAINT calls_principal_key_uniq DO UPDATE SET
 		fingerprint = EXCLUDED.fingerprint, tool = EXCLUDED.tool, action = EXCLUDED.action,
 		tool_version = EXCLUDED.tool_version, state = EXCLUDED.state, trace_id = EXCLUDED.trace_id,
@@ -64,15 +65,17 @@ var claimCallSQL = `INSERT INTO calls (` + callColumns + `)
 		lease_expires_at = EXCLUDED.lease_expires_at,
 		attempt_count = calls.attempt_count + CASE WHEN EXCLUDED.state = 'IN_PROGRESS' THEN 1 ELSE 0 END,
 		resolved_by = EXCLUDED.resolved_by, resolution_comment = EXCLUDED.resolution_comment,
-		updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at, claim_token = EXCLUDED.claim_token
+		updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at, claim_token = EXCLUDED.claim_token,
+		parent_call_id = EXCLUDED.parent_call_id, progress_message = EXCLUDED.progress_message,
+		progress_at = EXCLUDED.progress_at
 	WHERE calls.state = 'RELEASED' AND calls.fingerprint = EXCLUDED.fingerprint
 	RETURNING ` + callColumns
 
 const insertApprovalSQL = `INSERT INTO approvals (` + approvalColumns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`
 
 const insertPreviewSQL = `INSERT INTO previews (` + previewColumns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`
 
 // ClaimCall implements store.CallStore.
 //
@@ -127,7 +130,15 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 		claimed bool
 		events  []store.AuditEvent // p.Events as stored, when claimed
 	)
-	if rows, err := newAuditRows(p.Events); err == nil {
+	if limited := c.State.Parked() && p.Limits != (store.ParkLimits{}); limited {
+		// Parking within limits reads the principal's parked calls under a
+		// lock of its own: a transaction, off the grouped hot path (parking
+		// waits for a person anyway).
+		out, claimed, events, err = s.claimInTx(ctx, p, &c, args)
+		if err != nil {
+			return nil, false, err
+		}
+	} else if rows, err := newAuditRows(p.Events); err == nil {
 		q, qargs := claimStatement(&c, p, args, rows)
 		var (
 			row      *store.Call
@@ -280,6 +291,13 @@ func (s *Store) claimInTx(ctx context.Context, p store.ClaimCallParams, c *store
 		events  []store.AuditEvent
 	)
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if c.State.Parked() && p.Limits != (store.ParkLimits{}) {
+			held, err := s.checkParkLimits(ctx, tx, p, c)
+			if err != nil || held != nil {
+				out, claimed = held, false
+				return err
+			}
+		}
 		var err error
 		out, err = scanCall(tx.QueryRow(ctx, claimCallSQL, args...))
 		if isNotFound(err) {
@@ -324,6 +342,45 @@ func (s *Store) claimInTx(ctx context.Context, p store.ClaimCallParams, c *store
 		return nil, false, nil, err
 	}
 	return out, claimed, events, nil
+}
+
+// parkLockSQL takes the transaction's lock on one principal's parked calls:
+// its parking claims go one at a time, so that each counts the others'.
+const parkLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('toolsvc.parked:' || $1, 0))`
+
+// parkedUsageSQL counts a principal's parked calls and the bytes they hold
+// (store.ParkedBytes: the approval's arguments, the preview's message and
+// value, as stored), through calls_parked_principal_idx.
+const parkedUsageSQL = `SELECT count(*), coalesce(sum(
+		coalesce(octet_length(a.arguments::text), 0) + coalesce(octet_length(p.message), 0) + coalesce(octet_length(p.value::text), 0)), 0)
+	FROM calls c
+	LEFT JOIN approvals a ON c.state = 'AWAITING_APPROVAL' AND a.id = c.approval_id
+	LEFT JOIN previews p ON c.state = 'AWAITING_PREVIEW' AND p.token = c.preview_token
+	WHERE c.principal_id = $1 AND c.state IN ('AWAITING_APPROVAL', 'AWAITING_PREVIEW')`
+
+// checkParkLimits decides, in tx and under the principal's park lock,
+// whether the parked claim of c may go on: it returns the record holding
+// the key when the claim would lose anyway (answered as a lost claim), a
+// *store.ParkLimitError when parking would pass p.Limits, or (nil, nil).
+func (s *Store) checkParkLimits(ctx context.Context, tx pgx.Tx, p store.ClaimCallParams, c *store.Call) (*store.Call, error) {
+	if _, err := tx.Exec(ctx, parkLockSQL, c.PrincipalID); err != nil {
+		return nil, fmt.Errorf("claim call %q: lock the parked calls of %q: %w", c.ID, c.PrincipalID, interpretError(err))
+	}
+	held, err := scanCall(tx.QueryRow(ctx, getCallByKeySQL, c.PrincipalID, c.IdempotencyKey))
+	switch {
+	case err == nil && (held.State != store.CallReleased || held.Fingerprint != c.Fingerprint):
+		return held, nil
+	case err != nil && !isNotFound(err):
+		return nil, fmt.Errorf("claim call: read the holder of key %q: %w", c.IdempotencyKey, err)
+	}
+	var (
+		calls int
+		bytes int64
+	)
+	if err := tx.QueryRow(ctx, parkedUsageSQL, c.PrincipalID).Scan(&calls, &bytes); err != nil {
+		return nil, fmt.Errorf("claim call %q: count the parked calls of %q: %w", c.ID, c.PrincipalID, interpretError(err))
+	}
+	return nil, p.Limits.Check(c.PrincipalID, calls, bytes, store.ParkedBytes(p.Approval, p.Preview))
 }
 
 // startParkedCallSQL starts a parked call in one statement. The two CTEs
@@ -373,6 +430,15 @@ func (s *Store) StartParkedCall(ctx context.Context, p store.StartParkedCallPara
 		tl.batch.BeginTx(pgx.TxOptions{})
 		tl.batch.Queue(startParkedCallSQL, p.CallID, p.ApprovalID, p.PreviewToken, p.Now, leaseArg(p.Lease),
 			riskText(p.Risk), string(p.Decision), notifyChannel, string(store.TopicApprovals)+":", p.ClaimToken)
+		// What else was parked behind the approval or preview is released
+		// with its consumption (rolled back with it if the call did not
+		// start).
+		if p.ApprovalID != "" {
+			tl.releaseBehindApprovals([]string{p.ApprovalID}, p.Now, time.Time{}, p.CallID)
+		}
+		if p.PreviewToken != "" {
+			tl.releaseBehindPreviews([]string{p.PreviewToken}, p.Now, time.Time{}, p.CallID)
+		}
 		// A refused event queues nothing: it is reported once the call is
 		// known to have started, as the statement's own outcome comes first.
 		tl.events(p.Events)
@@ -650,10 +716,12 @@ func (s *Store) ReleaseParkedCall(ctx context.Context, p store.ReleaseParkedCall
 		var tl tail
 		if p.ApprovalState != "" && out.ApprovalID != "" {
 			tl.batch.Queue(`UPDATE approvals SET state = $2 WHERE id = $1`, out.ApprovalID, string(p.ApprovalState))
+			tl.releaseBehindApprovals([]string{out.ApprovalID}, p.Now, p.ExpiresAt)
 			tl.notify(store.TopicApprovals, out.ApprovalID)
 		}
 		if p.PreviewState != "" && out.PreviewToken != "" {
 			tl.batch.Queue(`UPDATE previews SET state = $2 WHERE token = $1`, out.PreviewToken, string(p.PreviewState))
+			tl.releaseBehindPreviews([]string{out.PreviewToken}, p.Now, p.ExpiresAt)
 		}
 		tl.events(p.Events)
 		return tl.send(ctx, tx)
@@ -831,13 +899,12 @@ func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) (*sto
 
 		var tl tail
 		if len(approvals) > 0 {
-			ids, callIDs := make([]string, len(approvals)), make([]string, len(approvals))
+			// Their own calls and the calls parked behind them by ParkCall.
+			ids := make([]string, len(approvals))
 			for i, a := range approvals {
-				ids[i], callIDs[i] = a.ID, a.CallID
+				ids[i] = a.ID
 			}
-			tl.batch.Queue(`UPDATE calls SET state = 'RELEASED', updated_at = $3, expires_at = $4
-				WHERE id = ANY($1) AND state = 'AWAITING_APPROVAL' AND approval_id = ANY($2)`,
-				callIDs, ids, p.Now, tsArg(p.ExpiresAt))
+			tl.releaseBehindApprovals(ids, p.Now, p.ExpiresAt)
 			for _, a := range approvals {
 				tl.notify(store.TopicApprovals, a.ID)
 				if p.EventsFor != nil {
@@ -846,6 +913,11 @@ func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) (*sto
 				}
 			}
 		}
+		tokens := make([]string, len(previews))
+		for i, pv := range previews {
+			tokens[i] = pv.Token
+		}
+		tl.releaseBehindPreviews(tokens, p.Now, p.ExpiresAt)
 		if p.PreviewEventsFor != nil {
 			for _, pv := range previews {
 				cp := *pv

@@ -10,3 +10,10 @@ func QueuedStatements(s *Store) int {
 	defer s.group.mu.Unlock()
 	return len(s.group.queue)
 }
+
+// KnownMigrationCount is how many migrations this binary embeds (their
+// versions may skip a number: see TestEmbeddedMigrations).
+func KnownMigrationCount() (int, error) {
+	known, err := knownMigrations()
+	return len(known), err
+}

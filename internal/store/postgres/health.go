@@ -104,7 +104,7 @@ func applyHealth(ctx context.Context, tx pgx.Tx, tool string, fn store.HealthFun
 	out, err := scanHealth(tx.QueryRow(ctx, `UPDATE tool_health SET
 			status = $2, consecutive_errors = $3, last_success_at = $4, last_error = $5, last_error_at = $6,
 			rate_limit_resets_at = $7, cooldown_until = $8, trips = $9, probe_until = $10, drained = $11,
-			override_by = $12, override_reason = $13, updated_at = $14
+			override_by = $12, override_reason = $13, updated_at = $14, error_principals = $15
 		WHERE tool = $1 RETURNING `+healthColumns, healthArgs(&upd.Health)...))
 	if err != nil {
 		return nil, false, fmt.Errorf("update health of tool %q: %w", tool, err)

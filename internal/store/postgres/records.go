@@ -176,32 +176,42 @@ func scanTool(row pgx.Row) (*store.Tool, error) {
 // --- tool health ---
 
 const healthColumns = `tool, status, consecutive_errors, last_success_at, last_error, last_error_at,
-	rate_limit_resets_at, cooldown_until, trips, probe_until, drained, override_by, override_reason, updated_at`
+	rate_limit_resets_at, cooldown_until, trips, probe_until, drained, override_by, override_reason, updated_at,
+	error_principals`
 
 func scanHealth(row pgx.Row) (*store.ToolHealth, error) {
 	h := &store.ToolHealth{}
 	var status string
 	if err := row.Scan(&h.Tool, &status, &h.ConsecutiveErrors, timeDst{&h.LastSuccessAt}, &h.LastError,
 		timeDst{&h.LastErrorAt}, timeDst{&h.RateLimitResetsAt}, timeDst{&h.CooldownUntil}, &h.Trips,
-		timeDst{&h.ProbeUntil}, &h.Drained, &h.OverrideBy, &h.OverrideReason, timeDst{&h.UpdatedAt}); err != nil {
+		timeDst{&h.ProbeUntil}, &h.Drained, &h.OverrideBy, &h.OverrideReason, timeDst{&h.UpdatedAt},
+		&h.ErrorPrincipals); err != nil {
 		return nil, interpretError(err)
 	}
 	h.Status = store.HealthStatus(status)
+	if len(h.ErrorPrincipals) == 0 {
+		h.ErrorPrincipals = nil
+	}
 	return h, nil
 }
 
 // healthArgs are the values of healthColumns, in order.
 func healthArgs(h *store.ToolHealth) []any {
+	principals := h.ErrorPrincipals
+	if principals == nil {
+		principals = []string{}
+	}
 	return []any{h.Tool, string(h.Status), h.ConsecutiveErrors, tsArg(h.LastSuccessAt), h.LastError,
 		tsArg(h.LastErrorAt), tsArg(h.RateLimitResetsAt), tsArg(h.CooldownUntil), h.Trips,
-		tsArg(h.ProbeUntil), h.Drained, h.OverrideBy, h.OverrideReason, tsArg(h.UpdatedAt)}
+		tsArg(h.ProbeUntil), h.Drained, h.OverrideBy, h.OverrideReason, tsArg(h.UpdatedAt), principals}
 }
 
 // --- calls ---
 
 const callColumns = `id, principal_id, idempotency_key, fingerprint, tool, action, tool_version, state,
 	trace_id, task_id, step_id, risk, decision, approval_id, preview_token, result, lease_expires_at,
-	attempt_count, resolved_by, resolution_comment, created_at, updated_at, expires_at, claim_token`
+	attempt_count, resolved_by, resolution_comment, created_at, updated_at, expires_at, claim_token,
+	parent_call_id, progress_message, progress_at`
 
 // scanCall scans one call row; extra receives the columns a statement
 // returns after callColumns.
@@ -212,7 +222,8 @@ func scanCall(row pgx.Row, extra ...any) (*store.Call, error) {
 	dst := []any{&c.ID, &c.PrincipalID, &c.IdempotencyKey, &c.Fingerprint, &c.Tool, &c.Action, &c.ToolVersion,
 		&state, &c.TraceID, &c.TaskID, &c.StepID, riskDst{&c.Risk}, &decision, &c.ApprovalID, &c.PreviewToken,
 		&result, timeDst{&c.LeaseExpiresAt}, &c.AttemptCount, &c.ResolvedBy, &c.ResolutionComment,
-		timeDst{&c.CreatedAt}, timeDst{&c.UpdatedAt}, timeDst{&c.ExpiresAt}, &c.ClaimToken}
+		timeDst{&c.CreatedAt}, timeDst{&c.UpdatedAt}, timeDst{&c.ExpiresAt}, &c.ClaimToken,
+		&c.ParentCallID, &c.ProgressMessage, timeDst{&c.ProgressAt}}
 	if err := row.Scan(append(dst, extra...)...); err != nil {
 		return nil, interpretError(err)
 	}
@@ -234,14 +245,15 @@ func callArgs(c *store.Call) ([]any, error) {
 	return []any{c.ID, c.PrincipalID, c.IdempotencyKey, c.Fingerprint, c.Tool, c.Action, c.ToolVersion,
 		string(c.State), c.TraceID, c.TaskID, c.StepID, riskText(c.Risk), string(c.Decision), c.ApprovalID,
 		c.PreviewToken, result, tsArg(c.LeaseExpiresAt), c.AttemptCount, c.ResolvedBy, c.ResolutionComment,
-		tsArg(c.CreatedAt), tsArg(c.UpdatedAt), tsArg(c.ExpiresAt), c.ClaimToken}, nil
+		tsArg(c.CreatedAt), tsArg(c.UpdatedAt), tsArg(c.ExpiresAt), c.ClaimToken,
+		c.ParentCallID, c.ProgressMessage, tsArg(c.ProgressAt)}, nil
 }
 
 // --- approvals ---
 
 const approvalColumns = `id, call_id, requester, tool, action, tool_version, arguments, fingerprint,
 	idempotency_key, risk, trace_id, task_id, step_id, state, created_at, expires_at, resolver, comment, resolved_at,
-	tool_incarnation`
+	tool_incarnation, parent_call_id`
 
 func scanApproval(row pgx.Row) (*store.Approval, error) {
 	a := &store.Approval{}
@@ -249,7 +261,7 @@ func scanApproval(row pgx.Row) (*store.Approval, error) {
 	var args []byte
 	if err := row.Scan(&a.ID, &a.CallID, &a.Requester, &a.Tool, &a.Action, &a.ToolVersion, &args, &a.Fingerprint,
 		&a.IdempotencyKey, riskDst{&a.Risk}, &a.TraceID, &a.TaskID, &a.StepID, &state, timeDst{&a.CreatedAt},
-		timeDst{&a.ExpiresAt}, &a.Resolver, &a.Comment, timeDst{&a.ResolvedAt}, &a.ToolIncarnation); err != nil {
+		timeDst{&a.ExpiresAt}, &a.Resolver, &a.Comment, timeDst{&a.ResolvedAt}, &a.ToolIncarnation, &a.ParentCallID); err != nil {
 		return nil, interpretError(err)
 	}
 	a.State, a.Arguments = store.ApprovalState(state), rawOut(args)
@@ -259,7 +271,7 @@ func scanApproval(row pgx.Row) (*store.Approval, error) {
 func approvalArgs(a *store.Approval) []any {
 	return []any{a.ID, a.CallID, a.Requester, a.Tool, a.Action, a.ToolVersion, rawArg(a.Arguments), a.Fingerprint,
 		a.IdempotencyKey, riskText(a.Risk), a.TraceID, a.TaskID, a.StepID, string(a.State), tsArg(a.CreatedAt),
-		tsArg(a.ExpiresAt), a.Resolver, a.Comment, tsArg(a.ResolvedAt), a.ToolIncarnation}
+		tsArg(a.ExpiresAt), a.Resolver, a.Comment, tsArg(a.ResolvedAt), a.ToolIncarnation, a.ParentCallID}
 }
 
 func collectApprovals(rows pgx.Rows) ([]*store.Approval, error) {
@@ -281,14 +293,15 @@ func collectApprovals(rows pgx.Rows) ([]*store.Approval, error) {
 // --- previews ---
 
 const previewColumns = `token, call_id, principal_id, idempotency_key, fingerprint, tool, action, tool_version,
-	message, value, state, created_at, expires_at, tool_incarnation`
+	message, value, state, created_at, expires_at, tool_incarnation, parent_call_id`
 
 func scanPreview(row pgx.Row) (*store.Preview, error) {
 	p := &store.Preview{}
 	var state string
 	var value []byte
 	if err := row.Scan(&p.Token, &p.CallID, &p.PrincipalID, &p.IdempotencyKey, &p.Fingerprint, &p.Tool, &p.Action,
-		&p.ToolVersion, &p.Message, &value, &state, timeDst{&p.CreatedAt}, timeDst{&p.ExpiresAt}, &p.ToolIncarnation); err != nil {
+		&p.ToolVersion, &p.Message, &value, &state, timeDst{&p.CreatedAt}, timeDst{&p.ExpiresAt}, &p.ToolIncarnation,
+		&p.ParentCallID); err != nil {
 		return nil, interpretError(err)
 	}
 	p.State, p.Value = store.PreviewState(state), rawOut(value)
@@ -313,7 +326,8 @@ func collectPreviews(rows pgx.Rows) ([]*store.Preview, error) {
 
 func previewArgs(p *store.Preview) []any {
 	return []any{p.Token, p.CallID, p.PrincipalID, p.IdempotencyKey, p.Fingerprint, p.Tool, p.Action,
-		p.ToolVersion, p.Message, rawArg(p.Value), string(p.State), tsArg(p.CreatedAt), tsArg(p.ExpiresAt), p.ToolIncarnation}
+		p.ToolVersion, p.Message, rawArg(p.Value), string(p.State), tsArg(p.CreatedAt), tsArg(p.ExpiresAt), p.ToolIncarnation,
+		p.ParentCallID}
 }
 
 // --- audit events ---

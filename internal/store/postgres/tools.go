@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -135,6 +136,15 @@ func (s *Store) DeleteTool(ctx context.Context, p store.DeleteToolParams) (*stor
 		}
 		var tl tail
 		tl.events(p.Events)
+		ids, tokens := make([]string, len(approvals)), make([]string, len(previews))
+		for i, a := range approvals {
+			ids[i] = a.ID
+		}
+		for i, pv := range previews {
+			tokens[i] = pv.Token
+		}
+		tl.releaseBehindApprovals(ids, p.Now, time.Time{})
+		tl.releaseBehindPreviews(tokens, p.Now, time.Time{})
 		for _, a := range approvals {
 			if p.ApprovalEventsFor != nil {
 				tl.events(p.ApprovalEventsFor(a))

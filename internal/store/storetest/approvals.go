@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"encoding/json"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ func approvalTests() []test {
 	return []test{
 		{"GetMissing", testGetApprovalMissing},
 		{"List", testListApprovals},
+		{"ListByBytes", testListApprovalsByBytes},
 		{"Approve", testApprove},
 		{"Deny", testDeny},
 		{"ResolveExpired", testResolveExpired},
@@ -267,4 +270,59 @@ func testGetPreview(t *testing.T, s store.Store) {
 	got.Value[0] = ' '
 	got.State = store.PreviewConsumed
 	wantPreview(t, "preview after the caller changed its copy", getPreview(t, s, c.PreviewToken), newPreview(c))
+}
+
+// testListApprovalsByBytes: with a byte budget the list ends after the
+// approval that brings the total over it (one at least), whatever the
+// limit, and the pages it makes cover every approval once, newest first.
+func testListApprovalsByBytes(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	var want []string
+	for i := range 12 {
+		c := newCall("agent-1", "b"+itoa(i), store.CallAwaitingApproval)
+		a := newApproval(c)
+		// Every third approval is large.
+		n := 100
+		if i%3 == 0 {
+			n = 20000
+		}
+		a.Arguments = json.RawMessage(`{"content":"` + strings.Repeat("z", n) + `"}`)
+		claimWith(t, s, store.ClaimCallParams{Call: c, Approval: a})
+		want = append([]string{a.ID}, want...)
+	}
+	_, err := s.ListApprovals(ctx, store.ListApprovalsParams{MaxBytes: -1})
+	wantErr(t, "negative byte budget", err, store.ErrInvalid)
+
+	const budget = 25000
+	var got []string
+	before := ""
+	for pages := 0; ; pages++ {
+		if pages > 12 {
+			t.Fatalf("more pages than approvals: %v", got)
+		}
+		page, err := s.ListApprovals(ctx, store.ListApprovalsParams{Before: before, Limit: 100, MaxBytes: budget})
+		noErr(t, "ListApprovals", err)
+		if len(page) == 0 {
+			break
+		}
+		total := 0
+		for i, a := range page {
+			total += store.ApprovalSize(a)
+			if total > budget && i != len(page)-1 {
+				t.Fatalf("page goes on past the approval that passed the budget: %d of %d", i, len(page))
+			}
+			got = append(got, a.ID)
+		}
+		if total <= budget && len(page) == 100 {
+			t.Fatalf("a page within budget ended at the limit")
+		}
+		before = page[len(page)-1].ID
+	}
+	same(t, "approvals read by pages", got, want)
+	// A budget smaller than any approval still gives one.
+	one, err := s.ListApprovals(ctx, store.ListApprovalsParams{MaxBytes: 1})
+	noErr(t, "ListApprovals", err)
+	if len(one) != 1 || one[0].ID != want[0] {
+		t.Fatalf("budget of 1 byte: %d approvals", len(one))
+	}
 }

@@ -90,6 +90,7 @@ func normCall(t *testing.T, c *store.Call) *store.Call {
 	n.CreatedAt = utc(c.CreatedAt)
 	n.UpdatedAt = utc(c.UpdatedAt)
 	n.ExpiresAt = utc(c.ExpiresAt)
+	n.ProgressAt = utc(c.ProgressAt)
 	return &n
 }
 

@@ -37,6 +37,7 @@ func degraded(tool string) store.ToolHealth {
 		RateLimitResetsAt: at(2 * time.Minute),
 		CooldownUntil:     at(3 * time.Minute),
 		Trips:             2,
+		ErrorPrincipals:   []string{"agent-1", "", "agent-2"},
 		ProbeUntil:        at(4 * time.Minute),
 		Drained:           true,
 		OverrideBy:        "op-1",

@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Toolsets", toolsetTests()},
 		{"Health", healthTests()},
 		{"Calls", callTests()},
+		{"ParkLimits", parkLimitTests()},
 		{"Approvals", approvalTests()},
 		{"Previews", previewTests()},
 		{"Audit", auditTests()},
@@ -45,6 +46,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Notifications", notificationTests()},
 		{"Limits", limitTests()},
 		{"Lifecycle", lifecycleTests()},
+		{"Nested", nestedTests()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

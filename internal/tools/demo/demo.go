@@ -1,7 +1,8 @@
 // Package demo holds small native tools that exercise every path of the call
 // pipeline: echo and clock (low risk, no scopes), notes (previews and
 // read-before-write), pipeline (sequential dependencies and a tool that cannot
-// preview) and flaky (every way a tool can fail). The README quickstart, the
+// preview), flaky (every way a tool can fail) and release (a tool that runs
+// pipeline's actions as steps of its own call). The README quickstart, the
 // end-to-end tests and the benchmarks use them.
 //
 // Every tool keeps its state in the instance: Tools and NewProvider return
@@ -25,9 +26,9 @@ import (
 const ConnectorID = "demo"
 
 // Tools returns fresh instances of every demo tool: echo, clock, notes,
-// pipeline and flaky.
+// pipeline, flaky and release.
 func Tools() []toolkit.Tool {
-	return []toolkit.Tool{NewEcho(), NewClock(), NewNotes(), NewPipeline(), NewFlaky()}
+	return []toolkit.Tool{NewEcho(), NewClock(), NewNotes(), NewPipeline(), NewFlaky(), NewRelease()}
 }
 
 // NewProvider serves fresh demo tools under the connector id "demo".

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"sync/atomic"
 
 	"github.com/toolsvc/toolsvc/toolkit"
@@ -12,13 +13,26 @@ import (
 // refPattern is the schema's pattern for a git ref, checked again in the tool.
 var refPattern = regexp.MustCompile(`^[A-Za-z0-9._/-]{1,100}$`)
 
-// Pipeline simulates a CI/CD pipeline: build and test a ref, then deploy it.
-// Deploy is critical and requires a successful build and test earlier in the
-// same task (a sequential-dependency policy). Pipeline deliberately cannot
-// preview, so a PREVIEW gate decision escalates to CONFIRM.
+// Pipeline simulates a CI/CD pipeline: build and test a ref (low risk), then
+// deploy it. Deploy is critical and requires a successful build and test
+// earlier in the same task (a sequential-dependency policy). Pipeline
+// deliberately cannot preview, so a PREVIEW gate decision escalates to
+// CONFIRM.
 type Pipeline struct {
 	builds atomic.Int64
+	// runs counts the executions of each action.
+	runs [3]atomic.Int64
 }
+
+// Runs returns how often action (build, test or deploy) was executed.
+func (p *Pipeline) Runs(action string) int64 {
+	if i := slices.Index(pipelineActions, action); i >= 0 {
+		return p.runs[i].Load()
+	}
+	return 0
+}
+
+var pipelineActions = []string{"build", "test", "deploy"}
 
 // NewPipeline returns the pipeline tool.
 func NewPipeline() *Pipeline { return &Pipeline{} }
@@ -43,7 +57,7 @@ func (*Pipeline) Definition() toolkit.Definition {
 			{
 				Name:        "build",
 				Description: "Build a git ref and return the name of the artifact produced.",
-				Risk:        toolkit.RiskMedium,
+				Risk:        toolkit.RiskLow,
 				InputSchema: refOnly,
 				OutputSchema: toolkit.JSON(`{
 					"type": "object",
@@ -57,7 +71,7 @@ func (*Pipeline) Definition() toolkit.Definition {
 			{
 				Name:        "test",
 				Description: "Run the test suite against a git ref.",
-				Risk:        toolkit.RiskMedium,
+				Risk:        toolkit.RiskLow,
 				InputSchema: refOnly,
 				OutputSchema: toolkit.JSON(`{
 					"type": "object",
@@ -128,6 +142,9 @@ func (p *Pipeline) Execute(ctx context.Context, call *toolkit.Call) (*toolkit.Re
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if i := slices.Index(pipelineActions, call.Action); i >= 0 {
+		p.runs[i].Add(1)
 	}
 	switch call.Action {
 	case "build":
