@@ -250,7 +250,7 @@ func TestServeAuthenticationWithoutDatabase(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, stderr2.String())
 	}
 	_, stderr3, stop := serveInBackground(t, map[string]string{"TOOLSVC_STORE": "memory", "TOOLSVC_DEMO_TOOLS": "true"}, "--config", file)
-	if !strings.Contains(stderr3.String(), `"tools":5`) {
+	if !strings.Contains(stderr3.String(), `"tools":6`) {
 		t.Errorf("demo tools asked for, start log:\n%s", stderr3.String())
 	}
 	stop()

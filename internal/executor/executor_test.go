@@ -397,7 +397,8 @@ func TestHeldKeyWinsOverEveryExit(t *testing.T) {
 			o := rigOptions{}
 			if tc.name == "probe taken" {
 				o.health = health.DefaultConfig()
-				o.health.UnavailableAfter, o.health.DegradedAfter = 1, 1
+				// One caller's failure opens the shared circuit here.
+				o.health.UnavailableAfter, o.health.DegradedAfter, o.health.MinPrincipals = 1, 1, 1
 			}
 			r := newRig(t, o, standardTools()...)
 			first := req(tc.tool, "held", `{"note":"x"}`)
