@@ -71,6 +71,9 @@ type Definition struct {
 	Policies       []Policy      `json:"policies,omitempty"`
 	// AuditPayloads allows arguments and results in audit event details.
 	AuditPayloads bool `json:"audit_payloads,omitempty"`
+	// Guidance is model-facing Markdown for every action of the tool: when
+	// to use it, how, what to avoid (at most 4096 bytes).
+	Guidance string `json:"guidance,omitempty"`
 }
 
 // Action is one operation of a tool.
@@ -88,6 +91,9 @@ type Action struct {
 	// ResourceArgument names the argument that identifies the resource the
 	// action touches (e.g. "path"); read-before-write policies use it.
 	ResourceArgument string `json:"resource_argument,omitempty"`
+	// Guidance is model-facing Markdown for this action (at most 4096
+	// bytes): when to use it, how, what to avoid.
+	Guidance string `json:"guidance,omitempty"`
 }
 
 // Example is one example invocation of an action.

@@ -93,8 +93,10 @@ type App struct {
 	metricsLis net.Listener
 	// reaped is closed when the reaper has stopped.
 	reaped chan struct{}
-	// fileTools are the tools file's definitions, as read at start.
-	fileTools []*store.Tool
+	// fileTools and fileToolsets are the tools file's definitions, as read
+	// at start.
+	fileTools    []*store.Tool
+	fileToolsets []*store.Toolset
 	// problems carries connectors' problems (and their end) to the health
 	// tracker; see connectorProblem.
 	problems chan connectorProblem
@@ -167,9 +169,11 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 	// (an API definition that keeps a file connector's destination may use
 	// its secrets) and are synced below.
 	if cfg.ToolsFile != "" {
-		if a.fileTools, err = registry.LoadFile(cfg.ToolsFile); err != nil {
+		defs, err := registry.LoadFileDefs(cfg.ToolsFile)
+		if err != nil {
 			return nil, fmt.Errorf("tools file: %w", err)
 		}
+		a.fileTools, a.fileToolsets = defs.Tools, defs.Toolsets
 	}
 	trust, err := connector.NewTrust(cfg.TrustConfig(fileConnectors(a.fileTools)))
 	if err != nil {
@@ -344,6 +348,12 @@ func (a *App) syncTools(ctx context.Context) error {
 		return fmt.Errorf("tools file %s: %w", a.cfg.ToolsFile, err)
 	}
 	a.logSync("file", rep)
+	// Toolsets after the tools: every tool they name must be registered.
+	rep, err = a.reg.SyncToolsets(ctx, store.SourceFile, a.fileToolsets, SystemActor)
+	if err != nil {
+		return fmt.Errorf("tools file %s: %w", a.cfg.ToolsFile, err)
+	}
+	a.logSync("file toolsets", rep)
 	return nil
 }
 

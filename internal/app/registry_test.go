@@ -174,7 +174,10 @@ func TestRegisterGetDeregister(t *testing.T) {
 		// The documents' text forms come back too (the e2e tests check
 		// them); the definition sent had only the Structs.
 		for _, a := range stripped.Actions {
-			a.InputSchemaJson, a.OutputSchemaJson = "", ""
+			if a.ExportedName != "weather__"+a.Name {
+				t.Errorf("action %s is exported as %q", a.Name, a.ExportedName)
+			}
+			a.InputSchemaJson, a.OutputSchemaJson, a.ExportedName = "", "", ""
 			for _, ex := range a.Examples {
 				ex.InputJson, ex.OutputJson = "", ""
 			}

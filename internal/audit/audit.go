@@ -35,6 +35,9 @@ const (
 	ToolRegistered      = "tool.registered"
 	ToolUpdated         = "tool.updated"
 	ToolDeregistered    = "tool.deregistered"
+	ToolsetRegistered   = "toolset.registered"
+	ToolsetUpdated      = "toolset.updated"
+	ToolsetDeregistered = "toolset.deregistered"
 	// ToolRefused: a registration (or discovery) refused by the trust rules
 	// or because its connector could not be reached; nothing was stored or
 	// left running.

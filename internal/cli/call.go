@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -28,32 +29,47 @@ type callInput struct {
 	scopes       []string
 	previewToken string
 	approvalID   string
+	// wait: on APPROVAL_REQUIRED, wait for the approval and call again.
+	wait        bool
+	waitTimeout time.Duration
 }
 
 func newCallCommand(lookupEnv env) *cobra.Command {
 	var in callInput
 	var argsJSON string
 	cmd := &cobra.Command{
-		Use:   "call TOOL ACTION [-]",
+		Use:   "call TOOL ACTION [-] | call NAME [-]",
 		Short: "Execute one tool call, as an agent would",
 		Long: `Execute one action of a tool through the whole pipeline (scopes, idempotency,
-validation, policies, risk, gate) and print the outcome.
+validation, policies, risk, gate) and print the outcome. The action is named
+by the tool and the action (notes write), or by its exported name alone
+(notes__write), as a model calls it: see toolsvc tools export.
 
 Arguments are a JSON object: --args '{"message": "hi"}', --args-file PATH, or
 "-" (or --args-file -) to read them from standard input. None means {}.
 
-Exit status: 0 SUCCEEDED; 1 FAILED, DENIED or UNKNOWN; 3 APPROVAL_REQUIRED or
-PREVIEW_REQUIRED (the call waits on a person; the output says what to run
-next); 2 bad usage; 4 an error from the server.`,
+--wait: when the call needs a person's approval, wait for it (without
+polling: the server says when it is resolved), then call again with the same
+key and arguments and print that outcome: the call's result once approved,
+DENIED when denied. Waiting ends when the approval expires or after
+--wait-timeout.
+
+Exit status: 0 SUCCEEDED; 1 FAILED, DENIED or UNKNOWN (or an approval that
+expired while --wait waited); 3 APPROVAL_REQUIRED or PREVIEW_REQUIRED (the
+call waits on a person; the output says what to run next); 2 bad usage; 4 an
+error from the server.`,
 		Example: `  toolsvc call echo echo --args '{"message": "hello"}'
   toolsvc call notes write --key todo-1 --args-file note.json
+  toolsvc call notes__write --key todo-1 --wait --args '{"path": "/a.md", "content": "hi"}'
   echo '{"path": "/todo.md"}' | toolsvc call notes read --task t1 -`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 3 && args[2] == "-" {
+			switch {
+			case len(args) == 3 && args[2] == "-":
 				return exactArgs("TOOL", "ACTION")(cmd, args[:2])
-			}
-			if len(args) == 3 {
+			case len(args) == 3:
 				return usage(fmt.Errorf("%s: the third argument may only be \"-\" (read arguments from standard input), not %q", cmd.CommandPath(), args[2]))
+			case len(args) == 1 || (len(args) == 2 && args[1] == "-"):
+				return nil // an exported name
 			}
 			return exactArgs("TOOL", "ACTION")(cmd, args)
 		},
@@ -70,10 +86,18 @@ next); 2 bad usage; 4 an error from the server.`,
 	fs.StringSliceVar(&in.scopes, "scope", nil, "narrow the principal's scopes to these (repeatable)")
 	fs.StringVar(&in.previewToken, "preview-token", "", "token from a PREVIEW_REQUIRED answer: execute the previewed call")
 	fs.StringVar(&in.approvalID, "approval", "", "the approval the call was parked behind (optional: the server finds it by key)")
+	fs.BoolVar(&in.wait, "wait", false, "if the call needs an approval, wait for it and call again")
+	fs.DurationVar(&in.waitTimeout, "wait-timeout", 0, "with --wait, give up waiting after this long (default: when the approval expires)")
 
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		in.tool, in.action = args[0], args[1]
-		stdinArgs := len(args) == 3
+		in.tool = args[0]
+		stdinArgs := len(args) == 3 || (len(args) == 2 && args[1] == "-")
+		if len(args) >= 2 && args[1] != "-" {
+			in.action = args[1]
+		}
+		if in.waitTimeout < 0 {
+			return usage(fmt.Errorf("--wait-timeout must not be negative, not %s", in.waitTimeout))
+		}
 		req, err := in.request(cmd, argsJSON, stdinArgs)
 		if err != nil {
 			return err
@@ -84,6 +108,9 @@ next); 2 bad usage; 4 an error from the server.`,
 			})
 			if err != nil {
 				return err
+			}
+			if in.wait && resp.GetOutcome() == toolsvcv1.Outcome_OUTCOME_APPROVAL_REQUIRED {
+				return in.waitAndCall(c, req, resp)
 			}
 			if c.json {
 				if err := c.printJSON(resp); err != nil {
@@ -287,7 +314,10 @@ func addrFlag(c *client) []string {
 // arguments and context, so that the server finds the parked call and the
 // fingerprint matches.
 func (in *callInput) followUp(c *client, key, flag, value string) []string {
-	parts := []string{"toolsvc", "call", shellQuote(in.tool), shellQuote(in.action)}
+	parts := []string{"toolsvc", "call", shellQuote(in.tool)}
+	if in.action != "" {
+		parts = append(parts, shellQuote(in.action))
+	}
 	switch {
 	case in.argsFile != "":
 		parts = append(parts, "--args-file", shellQuote(in.argsFile))

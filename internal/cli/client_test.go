@@ -689,8 +689,13 @@ func TestClientUsageErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{
-		{"call", "echo"},
+		{"call"},
 		{"call", "echo", "echo", "extra"},
+		{"call", "echo", "--wait-timeout", "-1s"},
+		{"tools", "export"},
+		{"tools", "export", "--format", "yaml"},
+		{"toolsets", "get"},
+		{"toolsets", "register", "a.yaml", "--expected-version", "-1"},
 		{"call", "echo", "echo", "--args", "{}", "--args-file", argsFile},
 		{"call", "echo", "echo", "--args", "not json"},
 		{"call", "echo", "echo", "--args", "[1, 2]"},

@@ -206,6 +206,7 @@ func unwrapTool(top map[string]any) (tool map[string]any, path, problem string) 
 var toolLevelKeys = map[string]bool{
 	"description": true, "capabilities": true, "required_scopes": true, "default_risk": true,
 	"timeout": true, "approval_ttl": true, "audit_payloads": true, "policies": true, "config_ref": true,
+	"guidance": true,
 }
 
 // connectorTool turns a tools file's connector entry into the Tool message's

@@ -24,7 +24,7 @@ const (
 func newToolsCommand(lookupEnv env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tools",
-		Short: "List, show, register, deregister and sync tools",
+		Short: "List, show, register, deregister, sync and export tools",
 		Args:  noArgs,
 		RunE:  showHelp,
 	}
@@ -187,7 +187,7 @@ new version of the tool, so approvals given for the old one are not used.`,
 		},
 	}
 
-	cmd.AddCommand(list, get, register, deregister, sync)
+	cmd.AddCommand(list, get, register, deregister, sync, newExportCommand(cf, lookupEnv))
 	return cmd
 }
 
@@ -227,6 +227,7 @@ func printTool(w io.Writer, t *toolsvcv1.Tool) error {
 	}
 	f.add("Config ref", t.GetConfigRef())
 	f.add("Audit payloads", map[bool]string{true: "yes", false: "no"}[t.GetAuditPayloads()])
+	f.add("Guidance", t.GetGuidance())
 	for _, p := range t.GetPolicies() {
 		f.add("Policy", policyText(p))
 	}
@@ -248,7 +249,7 @@ func printTool(w io.Writer, t *toolsvcv1.Tool) error {
 		if risk == "" {
 			risk = enumName(t.GetDefaultRisk()) + " (default)"
 		}
-		fmt.Fprintf(w, "  %s  risk %s\n", a.GetName(), risk)
+		fmt.Fprintf(w, "  %s  risk %s  exported as %s\n", a.GetName(), risk, a.GetExportedName())
 		if st, ok := server[a.GetName()]; ok && st != a.GetName() {
 			fmt.Fprintf(w, "    server tool: %s\n", st)
 		}
@@ -256,6 +257,9 @@ func printTool(w io.Writer, t *toolsvcv1.Tool) error {
 		fmt.Fprintf(w, "    %s\n", strings.Join(wrap("arguments: "+schemaSummary(a.GetInputSchema(), a.GetInputSchemaJson()), termWidth-4), "\n      "))
 		if r := a.GetResourceArgument(); r != "" {
 			fmt.Fprintf(w, "    resource: %s\n", r)
+		}
+		if g := a.GetGuidance(); g != "" {
+			fmt.Fprintf(w, "    guidance: %s\n", strings.Join(wrap(g, termWidth-14), "\n              "))
 		}
 	}
 	for _, d := range t.GetConnector().GetDiscovered() {

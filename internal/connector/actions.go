@@ -52,6 +52,7 @@ func Normalize(s *Spec) *Spec {
 		a := &n.Actions[i]
 		a.Name = strings.TrimSpace(a.Name)
 		a.Description = strings.TrimSpace(a.Description)
+		a.Guidance = strings.TrimSpace(a.Guidance)
 		a.Method = strings.ToUpper(strings.TrimSpace(a.Method))
 		a.Path = strings.TrimSpace(a.Path)
 		if len(a.Query) == 0 {
@@ -127,7 +128,7 @@ func (s *Spec) ToolActions(floor toolkit.RiskLevel) []toolkit.Action {
 			}
 			out = append(out, toolkit.Action{
 				Name: a.Name, Description: a.Description, InputSchema: in, OutputSchema: a.OutputSchema,
-				Risk: a.Risk, ResourceArgument: a.ResourceArgument,
+				Risk: a.Risk, ResourceArgument: a.ResourceArgument, Guidance: a.Guidance,
 			})
 		}
 	case TypeMCP:
@@ -152,6 +153,7 @@ func (s *Spec) ToolActions(floor toolkit.RiskLevel) []toolkit.Action {
 					act.Risk = o.Risk
 				}
 				act.ResourceArgument = o.ResourceArgument
+				act.Guidance = o.Guidance
 			}
 			out = append(out, act)
 		}

@@ -136,6 +136,8 @@ type Action struct {
 	// that previews this one: it is called with the same arguments when the
 	// gate asks for a preview.
 	PreviewAction string `json:"preview_action,omitempty"`
+	// Guidance is model-facing Markdown for the action.
+	Guidance string `json:"guidance,omitempty"`
 }
 
 // ServerTool is one tool an MCP server listed.

@@ -90,6 +90,26 @@ func everyRPC() []rpc {
 			_, err := c.registry.ListTools(ctx, &toolsvcv1.ListToolsRequest{})
 			return err
 		}},
+		{"toolsvc.v1.RegistryService/RegisterToolset", []string{op}, func(ctx context.Context, c clients) error {
+			_, err := c.registry.RegisterToolset(ctx, &toolsvcv1.RegisterToolsetRequest{})
+			return err
+		}},
+		{"toolsvc.v1.RegistryService/DeregisterToolset", []string{op}, func(ctx context.Context, c clients) error {
+			_, err := c.registry.DeregisterToolset(ctx, &toolsvcv1.DeregisterToolsetRequest{Name: "no-such-toolset"})
+			return err
+		}},
+		{"toolsvc.v1.RegistryService/GetToolset", []string{ag, op}, func(ctx context.Context, c clients) error {
+			_, err := c.registry.GetToolset(ctx, &toolsvcv1.GetToolsetRequest{Name: "no-such-toolset"})
+			return err
+		}},
+		{"toolsvc.v1.RegistryService/ListToolsets", []string{ag, op}, func(ctx context.Context, c clients) error {
+			_, err := c.registry.ListToolsets(ctx, &toolsvcv1.ListToolsetsRequest{})
+			return err
+		}},
+		{"toolsvc.v1.RegistryService/ExportTools", []string{ag, op}, func(ctx context.Context, c clients) error {
+			_, err := c.registry.ExportTools(ctx, &toolsvcv1.ExportToolsRequest{Format: toolsvcv1.ExportFormat_EXPORT_FORMAT_MCP})
+			return err
+		}},
 		{"toolsvc.v1.ToolHealthService/GetToolHealth", []string{op, ag}, func(ctx context.Context, c clients) error {
 			_, err := c.health.GetToolHealth(ctx, &toolsvcv1.GetToolHealthRequest{Tool: "risk-low"})
 			return err
@@ -159,8 +179,8 @@ func TestAuthenticationMatrix(t *testing.T) {
 		ctx := testCtx(t)
 		plain := clientsOf(e.dial(t, nil))
 		rpcs := everyRPC()
-		if len(rpcs) != 16 {
-			t.Fatalf("%d RPCs listed; the API has 16", len(rpcs))
+		if len(rpcs) != 21 {
+			t.Fatalf("%d RPCs listed; the API has 21", len(rpcs))
 		}
 
 		// Roles, with tokens.

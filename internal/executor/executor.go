@@ -30,6 +30,7 @@ import (
 
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/auth"
+	"github.com/toolsvc/toolsvc/internal/export"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/gate"
 	"github.com/toolsvc/toolsvc/internal/health"
@@ -258,6 +259,9 @@ type call struct {
 	// callerDeadline: the tool's deadline is the caller's, nearer than the
 	// tool's own timeout.
 	callerDeadline bool
+	// exported is the exported name the call was made by (tool = the name,
+	// action empty), "" for a call by tool and action.
+	exported string
 	// nest is set on a nested call: what it inherits from its parent.
 	nest *nesting
 	// childToken is a preview token this call's request presented for one
@@ -275,11 +279,15 @@ func (e *Executor) Execute(ctx context.Context, p *auth.Principal, req Request) 
 // pipeline runs c, a request or a nested call (c.nest), through the
 // pipeline.
 func (e *Executor) pipeline(ctx context.Context, c *call) (resp *Response, err error) {
+	resolveErr := e.resolveExported(c)
 	p, req := c.principal, c.req
 	ctx, observed := e.observeCall(ctx, c)
 	defer func() { observed(resp, err) }()
 	if p == nil {
 		return nil, fault.NotAuthenticated("no principal")
+	}
+	if resolveErr != nil {
+		return nil, e.reject(ctx, c, resolveErr)
 	}
 
 	// The envelope: names, key, context ids, arguments.
@@ -309,6 +317,13 @@ func (e *Executor) pipeline(ctx context.Context, c *call) (resp *Response, err e
 		return nil, e.reject(ctx, c, fault.ActionNotFound(req.Tool, req.Action, actionNames(entry.Tool)))
 	}
 	c.action = action
+	if c.exported != "" && entry.DropNulls(action.Name, c.argsValue) {
+		// Nulls written against the strict form for optional properties
+		// mean "absent": the call is the one without them, and is
+		// fingerprinted, validated and stored as such.
+		c.args = idempotency.Encode(c.argsValue)
+		c.fingerprint = idempotency.Fingerprint(c.args)
+	}
 	if entry.Impl == nil {
 		return nil, e.reject(ctx, c, fault.ToolUnavailable(req.Tool,
 			fmt.Sprintf("its connector %q is not available on this server", entry.Tool.ConnectorID), 0))
@@ -349,6 +364,30 @@ func (e *Executor) pipeline(ctx context.Context, c *call) (resp *Response, err e
 		}
 	}
 	return e.proceed(ctx, c, fresh)
+}
+
+// resolveExported turns a call by exported name (tool = the name, action
+// empty: what a model calls) into the call of the action it stands for
+// (docs/exports.md#calling-by-exported-name). A request with an action is
+// left as it is, and so is one whose tool is no exported name but a
+// registered tool's (its missing action is the envelope's to refuse).
+func (e *Executor) resolveExported(c *call) error {
+	if c.req.Action != "" || c.req.Tool == "" {
+		return nil
+	}
+	ref, found, err := e.reg.ResolveExported(c.req.Tool)
+	switch {
+	case err != nil:
+		return err
+	case found:
+		c.exported = c.req.Tool
+		c.req.Tool, c.req.Action = ref.Tool, ref.Action
+		return nil
+	}
+	if _, registered := e.reg.Lookup(c.req.Tool); !registered && export.ValidName(c.req.Tool) {
+		return fault.ToolNotFound(c.req.Tool)
+	}
+	return nil
 }
 
 // claimFirst reports whether the idempotency lookup of c may wait for its

@@ -16,12 +16,45 @@ const watchPage = 200
 // approval changed; the approval is re-read so what is sent is never stale.
 // After a lost notification connection the pending set is sent again.
 func (e *Executor) WatchApprovals(ctx context.Context, tool string, send func(*store.Approval) error) error {
+	return e.FollowApprovals(ctx, ApprovalFilter{Tool: tool}, send)
+}
+
+// ApprovalFilter selects the approvals FollowApprovals sends. Set fields
+// combine.
+type ApprovalFilter struct {
+	// Tool: only approvals for this tool.
+	Tool string
+	// ApprovalID: only this approval.
+	ApprovalID string
+	// CallID: only the approvals of this call (it may be parked behind a
+	// new one when its risk rises).
+	CallID string
+}
+
+func (f ApprovalFilter) matches(a *store.Approval) bool {
+	return (f.Tool == "" || a.Tool == f.Tool) && (f.ApprovalID == "" || a.ID == f.ApprovalID) &&
+		(f.CallID == "" || a.CallID == f.CallID)
+}
+
+// FollowApprovals is WatchApprovals with a filter. With an approval or a
+// call to follow it first sends that approval (the call's current one) as
+// it is now, whatever its state, so that a waiter never misses a
+// resolution that came before it subscribed; otherwise every pending
+// approval that matches. Callers check beforehand that the principal may
+// see what it follows.
+func (e *Executor) FollowApprovals(ctx context.Context, f ApprovalFilter, send func(*store.Approval) error) error {
 	// Subscribe before the snapshot so nothing created in between is missed.
 	notes, err := e.st.Subscribe(ctx)
 	if err != nil {
 		return storeFault(ctx, err)
 	}
-	if err := e.sendPending(ctx, tool, send); err != nil {
+	first := func() error {
+		if f.ApprovalID == "" && f.CallID == "" {
+			return e.sendPending(ctx, f.Tool, send)
+		}
+		return e.sendCurrent(ctx, f, send)
+	}
+	if err := first(); err != nil {
 		return err
 	}
 	for {
@@ -39,7 +72,7 @@ func (e *Executor) WatchApprovals(ctx context.Context, tool string, send func(*s
 				continue
 			}
 			if n.Key == "" {
-				if err := e.sendPending(ctx, tool, send); err != nil {
+				if err := first(); err != nil {
 					return err
 				}
 				continue
@@ -51,7 +84,7 @@ func (e *Executor) WatchApprovals(ctx context.Context, tool string, send func(*s
 			case err != nil:
 				return storeFault(ctx, err)
 			}
-			if tool != "" && ap.Tool != tool {
+			if !f.matches(ap) {
 				continue
 			}
 			if err := send(ap); err != nil {
@@ -59,6 +92,35 @@ func (e *Executor) WatchApprovals(ctx context.Context, tool string, send func(*s
 			}
 		}
 	}
+}
+
+// sendCurrent sends the approval f follows as it is now: the one named, or
+// the followed call's current one (none while the call has none).
+func (e *Executor) sendCurrent(ctx context.Context, f ApprovalFilter, send func(*store.Approval) error) error {
+	id := f.ApprovalID
+	if id == "" {
+		c, err := e.st.GetCall(ctx, f.CallID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return nil
+		case err != nil:
+			return storeFault(ctx, err)
+		}
+		if id = c.ApprovalID; id == "" {
+			return nil
+		}
+	}
+	ap, err := e.st.GetApproval(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	case err != nil:
+		return storeFault(ctx, err)
+	}
+	if !f.matches(ap) {
+		return nil
+	}
+	return send(ap)
 }
 
 func (e *Executor) sendPending(ctx context.Context, tool string, send func(*store.Approval) error) error {

@@ -65,6 +65,9 @@ const (
 	ReasonInternal             = "INTERNAL"
 	ReasonConnectorUnavailable = "CONNECTOR_UNAVAILABLE"
 	ReasonNotAConnector        = "NOT_A_CONNECTOR"
+	ReasonToolsetNotFound      = "TOOLSET_NOT_FOUND"
+	ReasonToolsetDisabled      = "TOOLSET_DISABLED"
+	ReasonExportedNameShared   = "EXPORTED_NAME_SHARED"
 	// Reasons of the connectors' trust rules (docs/connectors.md#threat-model).
 	ReasonCommandNotAllowed           = "COMMAND_NOT_ALLOWED"
 	ReasonSecretDestinationNotAllowed = "SECRET_DESTINATION_NOT_ALLOWED"

@@ -378,6 +378,42 @@ func retryOr(d, def time.Duration) time.Duration {
 	return def
 }
 
+// ToolsetNotFound: no toolset of the name is visible to the caller.
+func ToolsetNotFound(name string) *Error {
+	return New(NotFound, ReasonToolsetNotFound, "no toolset named %s", q(name)).With("toolset", name)
+}
+
+// ToolsetDisabled: the toolset is disabled, so it has nothing to export.
+func ToolsetDisabled(name string) *Error {
+	return New(FailedPrecondition, ReasonToolsetDisabled, "toolset %s is disabled; enable it to export it", q(name)).
+		With("toolset", name)
+}
+
+// ToolsetVersionConflict: the toolset is not at the version the caller
+// expected. have is the version found, 0 if the toolset does not exist,
+// negative if it changed since it was read.
+func ToolsetVersionConflict(name string, want, have int64) *Error {
+	var e *Error
+	switch {
+	case have == 0:
+		e = New(FailedPrecondition, ReasonVersionConflict, "toolset %s does not exist (expected version %d)", q(name), want)
+	case have < 0:
+		e = New(FailedPrecondition, ReasonVersionConflict, "toolset %s is no longer at version %d", q(name), want)
+	default:
+		e = New(FailedPrecondition, ReasonVersionConflict, "toolset %s is at version %d, not %d", q(name), have, want)
+	}
+	return e.With("toolset", name).With("expected_version", fmt.Sprint(want))
+}
+
+// ExportedNameShared: a call names an exported name that two actions share
+// (registered concurrently on two replicas), so it cannot tell which one it
+// means.
+func ExportedNameShared(name string, owners []string) *Error {
+	return New(FailedPrecondition, ReasonExportedNameShared,
+		"the exported name %s is shared by %s; call with the tool's and the action's names, and have an operator rename one",
+		q(name), safetext.Bound(strings.Join(owners, " and "), 1000)).With("name", name)
+}
+
 // NestingTooDeep: a tool's step would nest calls deeper than the server
 // allows (nested.max_depth). chain names the calls it is nested in,
 // outermost first ("tool.action").

@@ -60,6 +60,10 @@ func TestConstructors(t *testing.T) {
 		{SecretDestinationNotAllowed(huge, huge, []string{huge}), PermissionDenied, ReasonSecretDestinationNotAllowed},
 		{SecretNameCollision(huge, huge, "TOOLSVC_SECRET_A_B", "a"), FailedPrecondition, ReasonSecretNameCollision},
 		{NotAConnector(huge), FailedPrecondition, ReasonNotAConnector},
+		{ToolsetNotFound(huge), NotFound, ReasonToolsetNotFound},
+		{ToolsetDisabled(huge), FailedPrecondition, ReasonToolsetDisabled},
+		{ToolsetVersionConflict(huge, 2, 3), FailedPrecondition, ReasonVersionConflict},
+		{ExportedNameShared(huge, []string{huge, huge}), FailedPrecondition, ReasonExportedNameShared},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			if tc.err.Kind != tc.kind || tc.err.Reason != tc.reason {

@@ -58,6 +58,12 @@ func Parse(raw []byte) (canonical json.RawMessage, value any, err error) {
 	return json.RawMessage(b), v, nil
 }
 
+// Encode returns the canonical form of a value Parse returned (and that its
+// caller may have changed since, keeping to the same types).
+func Encode(v any) json.RawMessage {
+	return json.RawMessage(appendCanonical(nil, v))
+}
+
 // Fingerprint is the hex SHA-256 of canonical JSON.
 func Fingerprint(canonical []byte) string {
 	sum := sha256.Sum256(canonical)

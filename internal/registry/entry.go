@@ -14,6 +14,7 @@ import (
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
+	"github.com/toolsvc/toolsvc/internal/export"
 	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/toolkit"
@@ -44,12 +45,28 @@ type Entry struct {
 type compiledAction struct {
 	input  *jsonschema.Schema // strict copy of the input schema; never nil
 	output *jsonschema.Schema // nil without an output schema
+	// nulls maps arguments written against the input schema's strict form
+	// (export.StrictSchema) back to it; nil when it has none.
+	nulls *export.NullPlan
 }
 
 // Action returns the named action of the tool.
 func (e *Entry) Action(name string) (*store.Action, bool) {
 	a := e.Tool.Action(name)
 	return a, a != nil
+}
+
+// DropNulls removes, in place, the nulls in v (arguments decoded as
+// ValidateValue reads them) that stand for optional properties left out:
+// what a model writes against the strict form of the action's input schema
+// (docs/exports.md#calling-by-exported-name). A null the registered schema
+// accepts is kept. It reports whether it removed any.
+func (e *Entry) DropNulls(action string, v any) bool {
+	ca, ok := e.actions[action]
+	if !ok || ca == nil {
+		return false
+	}
+	return ca.nulls.Drop(v)
 }
 
 // ArgumentError says why arguments do not match an action's input schema. Its

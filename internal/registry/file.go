@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/yamlvalue"
 	"github.com/toolsvc/toolsvc/toolkit"
@@ -64,6 +65,34 @@ import (
 type fileDoc struct {
 	Tools      []fileTool      `yaml:"tools"`
 	Connectors []fileConnector `yaml:"connectors"`
+	Toolsets   []fileToolset   `yaml:"toolsets"`
+}
+
+// fileToolset is a toolset in the tools file:
+//
+//	toolsets:
+//	  - name: notes                      # ^[a-z0-9_-]{1,64}$
+//	    title: Notes                     # 1-200 characters, one line
+//	    guidance: |                      # Markdown for the model, at most 4096 bytes
+//	      Read a note before you replace it.
+//	    tools: [notes, echo.echo]        # tool (every action) or tool.action
+//	    disabled: false                  # a disabled toolset exports nothing
+type fileToolset struct {
+	Name     string   `yaml:"name"`
+	Title    string   `yaml:"title"`
+	Guidance string   `yaml:"guidance"`
+	Tools    []string `yaml:"tools"`
+	Disabled bool     `yaml:"disabled"`
+}
+
+// FileDefs is what a tools file declares.
+type FileDefs struct {
+	// Tools and connectors (each one tool), with Source = file.
+	Tools []*store.Tool
+	// Toolsets, with Source = file. The tools they name are checked when
+	// they are synced (SyncToolsets): they may be the file's, builtin or
+	// registered through the API.
+	Toolsets []*store.Toolset
 }
 
 type fileTool struct {
@@ -81,6 +110,7 @@ type fileTool struct {
 	AuditPayloads   bool         `yaml:"audit_payloads"`
 	Policies        []filePolicy `yaml:"policies"`
 	Actions         []fileAction `yaml:"actions"`
+	Guidance        string       `yaml:"guidance"`
 }
 
 type filePolicy struct {
@@ -107,6 +137,7 @@ type fileAction struct {
 	Risk             string        `yaml:"risk"`
 	Examples         []fileExample `yaml:"examples"`
 	ResourceArgument string        `yaml:"resource_argument"`
+	Guidance         string        `yaml:"guidance"`
 }
 
 type fileExample struct {
@@ -131,11 +162,21 @@ func (e *FileError) Error() string {
 // checks the rest). Every problem in the file is reported at once in a
 // *FileError.
 func LoadFile(path string) ([]*store.Tool, error) {
+	defs, err := LoadFileDefs(path)
+	if err != nil {
+		return nil, err
+	}
+	return defs.Tools, nil
+}
+
+// LoadFileDefs reads a YAML tools file, its tools as LoadFile does and its
+// toolsets (checked as far as possible without the registry).
+func LoadFileDefs(path string) (*FileDefs, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read tools file: %w", err)
 	}
-	return parseFile(path, data)
+	return parseFileDefs(path, data)
 }
 
 // unknownField rewrites yaml's "field x not found in type y".
@@ -145,12 +186,21 @@ var unknownField = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
 var yamlLine = regexp.MustCompile(`^line (\d+): (.*)$`)
 
 func parseFile(path string, data []byte) ([]*store.Tool, error) {
+	defs, err := parseFileDefs(path, data)
+	if err != nil {
+		return nil, err
+	}
+	return defs.Tools, nil
+}
+
+func parseFileDefs(path string, data []byte) (*FileDefs, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, &FileError{Path: path, Problems: []string{fmt.Sprintf("%s: %v", path, err)}}
 	}
 	items := listNodes(&root, "tools")
 	conns := listNodes(&root, "connectors")
+	sets := listNodes(&root, "toolsets")
 	fe := &FileError{Path: path}
 	// where names the place of a problem: file:line, tool index and name.
 	// line 0 means the line of the tool itself.
@@ -233,10 +283,31 @@ func parseFile(path string, data []byte) ([]*store.Tool, error) {
 		t, probs := convertConnector(&doc.Connectors[i])
 		add(t, probs, func(line int) string { return whereConn(i, line) }, fmt.Sprintf("connectors[%d]", i), fileField)
 	}
+	toolsets := make([]*store.Toolset, 0, len(doc.Toolsets))
+	seenSets := map[string]int{}
+	for i, fs := range doc.Toolsets {
+		ts := &store.Toolset{Name: fs.Name, Title: fs.Title, Guidance: fs.Guidance, Tools: fs.Tools,
+			Disabled: fs.Disabled, Source: store.SourceFile}
+		line := 0
+		if i < len(sets) {
+			line = sets[i].Line
+		}
+		at := fmt.Sprintf("%s:%d: toolsets[%d] (name %q)", path, line, i, fs.Name)
+		var v fault.Violations
+		checkToolset(&v, normalizeToolset(ts), nil)
+		for _, p := range v {
+			fe.Problems = append(fe.Problems, fmt.Sprintf("%s: %s: %s", at, p.Field, p.Description))
+		}
+		if j, dup := seenSets[fs.Name]; dup && fs.Name != "" {
+			fe.Problems = append(fe.Problems, fmt.Sprintf("%s: toolset.name: %q is also defined by toolsets[%d]", at, fs.Name, j))
+		}
+		seenSets[fs.Name] = i
+		toolsets = append(toolsets, ts)
+	}
 	if len(fe.Problems) > 0 {
 		return nil, fe
 	}
-	return out, nil
+	return &FileDefs{Tools: out, Toolsets: toolsets}, nil
 }
 
 // listNodes returns the nodes of the items of a top-level list.
@@ -304,6 +375,7 @@ func convertTool(ft *fileTool) (*store.Tool, []fileProblem) {
 		SupportsPreview: ft.SupportsPreview,
 		ConfigRef:       ft.ConfigRef,
 		AuditPayloads:   ft.AuditPayloads,
+		Guidance:        ft.Guidance,
 		Source:          store.SourceFile,
 	}
 	if ft.DefaultRisk != "" {
@@ -318,7 +390,7 @@ func convertTool(ft *fileTool) (*store.Tool, []fileProblem) {
 	t.Policies = convertPolicies(ft.Policies)
 	for i, fa := range ft.Actions {
 		path := fmt.Sprintf("tool.actions[%d]", i)
-		a := store.Action{Name: fa.Name, Description: fa.Description, ResourceArgument: fa.ResourceArgument}
+		a := store.Action{Name: fa.Name, Description: fa.Description, ResourceArgument: fa.ResourceArgument, Guidance: fa.Guidance}
 		if fa.Risk != "" {
 			r, err := toolkit.ParseRiskLevel(fa.Risk)
 			if err != nil {

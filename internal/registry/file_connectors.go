@@ -78,6 +78,7 @@ type fileConnector struct {
 	ApprovalTTL    string       `yaml:"approval_ttl"`
 	AuditPayloads  bool         `yaml:"audit_payloads"`
 	Policies       []filePolicy `yaml:"policies"`
+	Guidance       string       `yaml:"guidance"`
 }
 
 type fileAuth struct {
@@ -107,6 +108,7 @@ type fileConnAction struct {
 	Risk             string    `yaml:"risk"`
 	ResourceArgument string    `yaml:"resource_argument"`
 	PreviewAction    string    `yaml:"preview_action"`
+	Guidance         string    `yaml:"guidance"`
 }
 
 // fileValue is a literal (any scalar, as written) or {secret: KEY, prefix: P}.
@@ -207,6 +209,7 @@ func convertConnector(fc *fileConnector) (*store.Tool, []fileProblem) {
 		a := connector.Action{
 			Name: fa.Name, Description: fa.Description, Method: fa.Method, Path: fa.Path,
 			Query: fa.Query, Body: fa.Body, ResourceArgument: fa.ResourceArgument, PreviewAction: fa.PreviewAction,
+			Guidance: fa.Guidance,
 		}
 		if fa.Risk != "" {
 			r, err := toolkit.ParseRiskLevel(fa.Risk)
@@ -228,6 +231,7 @@ func convertConnector(fc *fileConnector) (*store.Tool, []fileProblem) {
 		Connector:      spec,
 		Source:         store.SourceFile,
 		Policies:       convertPolicies(fc.Policies),
+		Guidance:       fc.Guidance,
 	}
 	if fc.DefaultRisk != "" {
 		r, err := toolkit.ParseRiskLevel(fc.DefaultRisk)

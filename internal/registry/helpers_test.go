@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -152,3 +153,14 @@ func (downStore) ListTools(context.Context, store.ListToolsParams) ([]*store.Too
 func (downStore) CreateTool(context.Context, store.CreateToolParams) (*store.Tool, error) {
 	return nil, errDown
 }
+
+// demoProviderWith is demoProvider serving extra tools too.
+func demoProviderWith(extra map[string]toolkit.Tool) *fakeProvider {
+	p := demoProvider()
+	for k, v := range extra {
+		p.impls[k] = v
+	}
+	return p
+}
+
+func errorsAs[T error](err error, target *T) bool { return errors.As(err, target) }

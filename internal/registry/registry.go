@@ -61,6 +61,15 @@ type Registry struct {
 
 	// cache is the current snapshot, replaced whole on every change.
 	cache atomic.Pointer[map[string]*Entry]
+	// exported indexes the cache by exported name (export.Name): the
+	// actions each name stands for, by tool name. Replaced with the cache.
+	exported atomic.Pointer[map[string][]ActionRef]
+	// toolsets is the cached toolsets, replaced whole on every change.
+	toolsets atomic.Pointer[map[string]*store.Toolset]
+	// tsMu serializes writers of toolsets; tsApplied is the ticket of the
+	// read last installed (guarded by tsMu).
+	tsMu      sync.Mutex
+	tsApplied uint64
 	// mu serializes writers of the cache (readers never take it).
 	mu sync.Mutex
 	// applied holds, per tool name, the ticket of the last change applied
@@ -107,6 +116,10 @@ func New(o Options) (*Registry, error) {
 	}
 	empty := map[string]*Entry{}
 	r.cache.Store(&empty)
+	noNames := map[string][]ActionRef{}
+	r.exported.Store(&noNames)
+	noSets := map[string]*store.Toolset{}
+	r.toolsets.Store(&noSets)
 	return r, nil
 }
 
@@ -143,6 +156,12 @@ func (r *Registry) Start(ctx context.Context) error {
 		}
 		return fmt.Errorf("registry: load tools: %w", err)
 	}
+	if err := r.reloadToolsets(ctx); err != nil {
+		cancel()
+		for range ch {
+		}
+		return fmt.Errorf("registry: load toolsets: %w", err)
+	}
 	go func() {
 		defer cancel()
 		r.follow(ctx, ch)
@@ -157,9 +176,13 @@ const reloadRetry = time.Second
 // is down) are retried: the cache must not stay stale once it is back.
 func (r *Registry) follow(ctx context.Context, ch <-chan store.Notification) {
 	pending := map[string]bool{}
-	all := false
+	all, sets := false, false
 	var retry <-chan time.Time
 	add := func(n store.Notification) {
+		if n.Topic == store.TopicToolsets {
+			sets = true
+			return
+		}
 		if n.Topic != store.TopicTools {
 			return
 		}
@@ -212,6 +235,14 @@ func (r *Registry) follow(ctx context.Context, ch <-chan store.Notification) {
 				continue
 			}
 			delete(pending, name)
+		}
+		if sets {
+			if err := r.reloadToolsets(ctx); err != nil {
+				failed = true
+				r.log.WarnContext(ctx, "toolset reload failed", "error", err)
+			} else {
+				sets = false
+			}
 		}
 		if failed && ctx.Err() == nil {
 			retry = time.After(reloadRetry)
@@ -330,6 +361,8 @@ func (r *Registry) install(ticket uint64, changes map[string]*Entry) (forget []s
 	}
 	if changed {
 		r.cache.Store(&next)
+		idx := exportedIndex(next)
+		r.exported.Store(&idx)
 	}
 	return forget
 }
@@ -483,6 +516,12 @@ func (r *Registry) Register(ctx context.Context, p RegisterParams) (*store.Tool,
 			done(false)
 			return nil, false, v.Err("invalid tool definition with what the server offers")
 		}
+	}
+	var nv fault.Violations
+	r.checkExportedNames(&nv, prep.tool)
+	if len(nv) > 0 {
+		done(false)
+		return nil, false, nv.Err("invalid tool definition")
 	}
 	prep.tool.Source = p.Source
 	t, created, err := r.register(ctx, prep, p)
@@ -691,8 +730,11 @@ func (r *Registry) Sync(ctx context.Context, source store.ToolSource, defs []*st
 			r.discoverInto(ctx, d, existing[name])
 			prep, v = r.check.prepare(d)
 		}
+		if len(v) == 0 {
+			r.checkExportedNames(&v, prep.tool)
+		}
 		if len(v) > 0 {
-			problems = append(problems, fmt.Errorf("tool %q: %w", name, v.Err("invalid tool definition")))
+			problems = append(problems, fmt.Errorf("tool %q: invalid tool definition: %w", name, spellOut(v.Err("invalid tool definition"))))
 			continue
 		}
 		prep.tool.Source = source

@@ -15,6 +15,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/toolsvc/toolsvc/internal/connector"
+	"github.com/toolsvc/toolsvc/internal/export"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
@@ -34,6 +35,9 @@ const (
 	maxDescription = 200
 	maxLabel       = 128 // scopes and capabilities
 	maxConfigRef   = 256
+	// MaxGuidance bounds each guidance text (a tool's, an action's, a
+	// toolset's), in bytes.
+	MaxGuidance = 4096
 )
 
 var namePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
@@ -65,6 +69,7 @@ func normalize(t *store.Tool) *store.Tool {
 		applyConnector(n)
 	}
 	n.Description = strings.TrimSpace(n.Description)
+	n.Guidance = strings.TrimSpace(n.Guidance)
 	if n.ProviderType == "" {
 		n.ProviderType = store.ProviderNative
 	}
@@ -92,6 +97,7 @@ func normalize(t *store.Tool) *store.Tool {
 	for i := range n.Actions {
 		a := &n.Actions[i]
 		a.Description = strings.TrimSpace(a.Description)
+		a.Guidance = strings.TrimSpace(a.Guidance)
 		a.InputSchema = compact(a.InputSchema)
 		a.OutputSchema = compact(a.OutputSchema)
 		if len(a.Examples) == 0 {
@@ -176,6 +182,7 @@ func (c checker) prepare(in *store.Tool) (*prepared, fault.Violations) {
 
 	checkName(&v, "tool.name", t.Name)
 	checkDescription(&v, "tool.description", t.Description)
+	checkGuidance(&v, "tool.guidance", t.Guidance)
 	switch {
 	case t.ConnectorID == "":
 		v.Add("tool.connector_id", "is required")
@@ -232,6 +239,7 @@ func (c checker) prepare(in *store.Tool) (*prepared, fault.Violations) {
 			seen[a.Name] = i
 		}
 		checkDescription(&v, path+".description", a.Description)
+		checkGuidance(&v, path+".guidance", a.Guidance)
 		if a.Risk != toolkit.RiskUnspecified && !a.Risk.Valid() {
 			v.Add(path+".risk", "must be unset or LOW, MEDIUM, HIGH or CRITICAL, not %s", a.Risk)
 		}
@@ -312,6 +320,9 @@ func checkAction(v *fault.Violations, path string, a *store.Action) *compiledAct
 			ok = false
 		} else {
 			ca.input = sch
+		}
+		if st, err := export.StrictSchema(a.InputSchema); err == nil {
+			ca.nulls = st.Nulls
 		}
 	}
 	if len(a.OutputSchema) > 0 {
@@ -583,6 +594,41 @@ func checkDescription(v *fault.Violations, field, d string) {
 			return
 		}
 	}
+}
+
+// checkGuidance checks an already trimmed guidance text: Markdown for a
+// model, so any language, but bounded, and without characters that hide or
+// reorder text (controls other than newline and tab, bidirectional
+// overrides): what an operator reviews must be what the model reads.
+func checkGuidance(v *fault.Violations, field, g string) {
+	if g == "" || !v.CheckText(field, g) {
+		return
+	}
+	if len(g) > MaxGuidance {
+		v.Add(field, "must be at most %d bytes, has %d", MaxGuidance, len(g))
+		return
+	}
+	for i, r := range g {
+		if hiddenRune(r) {
+			v.Add(field, "must not contain control or bidirectional formatting characters; %U at byte %d is one", r, i)
+			return
+		}
+	}
+}
+
+// hiddenRune reports characters that guidance and titles may not hold:
+// control characters other than newline and tab, and the bidirectional
+// embedding, override and isolate characters.
+func hiddenRune(r rune) bool {
+	switch {
+	case r == '\n' || r == '\t':
+		return false
+	case unicode.IsControl(r):
+		return true
+	case r >= 0x202A && r <= 0x202E, r >= 0x2066 && r <= 0x2069, r == 0x200E || r == 0x200F:
+		return true
+	}
+	return false
 }
 
 func checkLabels(v *fault.Violations, field string, labels []string) {

@@ -170,6 +170,47 @@ func (s *approvalServer) ResolveApproval(ctx context.Context, req *toolsvcv1.Res
 	return &toolsvcv1.ResolveApprovalResponse{Approval: pb}, nil
 }
 
+// checkFollowed refuses to follow an approval or a call the caller may not
+// see, as GetApproval and GetCall would: the stream would otherwise wait in
+// silence for changes it will never be sent.
+func (s *approvalServer) checkFollowed(ctx context.Context, caller *auth.Principal, req *toolsvcv1.WatchApprovalsRequest) error {
+	var v fault.Violations
+	for _, f := range []struct{ field, val string }{{"approval_id", req.GetApprovalId()}, {"call_id", req.GetCallId()}} {
+		if len(f.val) > 255 {
+			v.Add(f.field, "must be at most 255 characters")
+		}
+	}
+	if err := v.Err("invalid request"); err != nil {
+		return err
+	}
+	all := auth.ReadsAllApprovals(caller)
+	if id := req.GetApprovalId(); id != "" {
+		a, err := s.st.GetApproval(ctx, id)
+		if err == nil && !all && a.Requester != caller.ID {
+			err = store.ErrNotFound
+		}
+		if errors.Is(err, store.ErrNotFound) {
+			return fault.ApprovalNotFound(id)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if id := req.GetCallId(); id != "" {
+		c, err := s.st.GetCall(ctx, id)
+		if err == nil && !all && c.PrincipalID != caller.ID {
+			err = store.ErrNotFound
+		}
+		if errors.Is(err, store.ErrNotFound) {
+			return fault.CallNotFound()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // WatchApprovals streams pending approvals, then changes: of every
 // approval to approvers and operators, of their own to the others.
 func (s *approvalServer) WatchApprovals(req *toolsvcv1.WatchApprovalsRequest, stream toolsvcv1.ApprovalService_WatchApprovalsServer) error {
@@ -188,12 +229,16 @@ func (s *approvalServer) WatchApprovals(req *toolsvcv1.WatchApprovalsRequest, st
 		return err
 	}
 	all := auth.ReadsAllApprovals(caller)
+	if err := s.checkFollowed(stream.Context(), caller, req); err != nil {
+		return err
+	}
 	ctx, leave, err := s.streams.join(stream.Context(), caller.ID)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	return s.ex.WatchApprovals(ctx, req.GetTool(), func(a *store.Approval) error {
+	f := executor.ApprovalFilter{Tool: req.GetTool(), ApprovalID: req.GetApprovalId(), CallID: req.GetCallId()}
+	return s.ex.FollowApprovals(ctx, f, func(a *store.Approval) error {
 		if !all && a.Requester != caller.ID {
 			return nil
 		}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/export"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/toolkit"
@@ -95,6 +96,7 @@ func toolFromProto(pb *toolsvcv1.Tool, v *fault.Violations) *store.Tool {
 		ApprovalTTL:     durationFromProto(pb.GetApprovalTtl(), "tool.approval_ttl", v),
 		AuditPayloads:   pb.GetAuditPayloads(),
 		Connector:       connectorFromProto(pb.GetConnector(), v),
+		Guidance:        pb.GetGuidance(),
 	}
 	for i, a := range pb.GetActions() {
 		if t.Connector != nil {
@@ -118,6 +120,7 @@ func actionFromProto(pb *toolsvcv1.Action, path string, v *fault.Violations) sto
 		OutputSchema:     structOrText(pb.GetOutputSchema(), pb.GetOutputSchemaJson(), path+".output_schema", v),
 		Risk:             riskFromProto(pb.GetRisk()),
 		ResourceArgument: pb.GetResourceArgument(),
+		Guidance:         pb.GetGuidance(),
 	}
 	for i, ex := range pb.GetExamples() {
 		ep := fmt.Sprintf("%s.examples[%d]", path, i)
@@ -299,6 +302,7 @@ func toolToProto(t *store.Tool) (*toolsvcv1.Tool, error) {
 		ConfigRef:       t.ConfigRef,
 		ApprovalTtl:     durationToProto(t.ApprovalTTL),
 		AuditPayloads:   t.AuditPayloads,
+		Guidance:        t.Guidance,
 		Version:         t.Version,
 		Source:          sourceToProto(t.Source),
 		CreateTime:      timeToProto(t.CreatedAt),
@@ -310,7 +314,7 @@ func toolToProto(t *store.Tool) (*toolsvcv1.Tool, error) {
 	}
 	pb.Connector = c
 	for i := range t.Actions {
-		a, err := actionToProto(&t.Actions[i])
+		a, err := actionToProto(t.Name, &t.Actions[i])
 		if err != nil {
 			return nil, fmt.Errorf("tool %q action %q: %w", t.Name, t.Actions[i].Name, err)
 		}
@@ -338,7 +342,7 @@ func toolToProto(t *store.Tool) (*toolsvcv1.Tool, error) {
 	return pb, nil
 }
 
-func actionToProto(a *store.Action) (*toolsvcv1.Action, error) {
+func actionToProto(toolName string, a *store.Action) (*toolsvcv1.Action, error) {
 	in, err := jsonToStruct(a.InputSchema)
 	if err != nil {
 		return nil, fmt.Errorf("input schema: %w", err)
@@ -354,6 +358,8 @@ func actionToProto(a *store.Action) (*toolsvcv1.Action, error) {
 		OutputSchema:     out,
 		Risk:             riskToProto(a.Risk),
 		ResourceArgument: a.ResourceArgument,
+		Guidance:         a.Guidance,
+		ExportedName:     export.Name(toolName, a.Name),
 		// The stored bytes, as registered: the byte-stable form.
 		InputSchemaJson:  string(a.InputSchema),
 		OutputSchemaJson: string(a.OutputSchema),

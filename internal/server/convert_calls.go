@@ -91,7 +91,7 @@ func resultToProto(r *store.Result) (*toolsvcv1.ToolResult, error) {
 	}
 	return &toolsvcv1.ToolResult{
 		Success: r.Success, Message: r.Message, Value: v,
-		ExcludeValueFromContext: r.ExcludeValueFromContext, ModelText: text,
+		ExcludeValueFromContext: r.ExcludeValueFromContext, ModelText: text, ValueJson: string(r.Value),
 	}, nil
 }
 
@@ -226,10 +226,11 @@ func auditEventToProto(e *store.AuditEvent) (*toolsvcv1.AuditEvent, error) {
 }
 
 // executeRequestFromProto converts an ExecuteTool request. Arguments arrive
-// as a Struct, which is always a JSON object.
+// as a Struct, which is always a JSON object, or as JSON text
+// (arguments_json), which the pipeline checks is one.
 func executeRequestFromProto(req *toolsvcv1.ExecuteToolRequest) (executor.Request, error) {
 	var v fault.Violations
-	args := structToJSON(req.GetArguments(), "arguments", &v)
+	args := structOrText(req.GetArguments(), req.GetArgumentsJson(), "arguments", &v)
 	if err := v.Err("malformed ExecuteTool request"); err != nil {
 		return executor.Request{}, err
 	}

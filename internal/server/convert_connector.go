@@ -104,6 +104,7 @@ func connectorFromProto(pb *toolsvcv1.Connector, v *fault.Violations) *connector
 			OutputSchema: structToJSON(a.GetOutputSchema(), path+".output_schema", v),
 			Risk:         riskFromProto(a.GetRisk()), ResourceArgument: a.GetResourceArgument(),
 			PreviewAction: a.GetPreviewAction(),
+			Guidance:      a.GetGuidance(),
 		})
 	}
 	return s
@@ -181,6 +182,7 @@ func connectorToProto(s *connector.Spec) (*toolsvcv1.Connector, error) {
 			Name: a.Name, Description: a.Description, Method: a.Method, Path: a.Path, Query: a.Query, Body: a.Body,
 			InputSchema: in, OutputSchema: out, Risk: riskToProto(a.Risk), ResourceArgument: a.ResourceArgument,
 			PreviewAction: a.PreviewAction,
+			Guidance:      a.Guidance,
 		})
 	}
 	for _, d := range s.Discovered {

@@ -7,6 +7,7 @@ import (
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/auth"
+	"github.com/toolsvc/toolsvc/internal/export"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/store"
@@ -26,6 +27,9 @@ type toolListFilters struct {
 type registryServer struct {
 	toolsvcv1.UnimplementedRegistryServiceServer
 	reg *registry.Registry
+	// exports builds ExportTools' answers, keeping definitions per tool
+	// version.
+	exports *export.Exporter
 }
 
 func checkToolName(v *fault.Violations, field, name string) {

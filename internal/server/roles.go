@@ -28,6 +28,12 @@ func methodRoles() map[string][]auth.Role {
 		toolsvcv1.RegistryService_GetTool_FullMethodName:        {agent, operator},
 		toolsvcv1.RegistryService_ListTools_FullMethodName:      {agent, operator},
 
+		toolsvcv1.RegistryService_RegisterToolset_FullMethodName:   {operator},
+		toolsvcv1.RegistryService_DeregisterToolset_FullMethodName: {operator},
+		toolsvcv1.RegistryService_GetToolset_FullMethodName:        {agent, operator},
+		toolsvcv1.RegistryService_ListToolsets_FullMethodName:      {agent, operator},
+		toolsvcv1.RegistryService_ExportTools_FullMethodName:       {agent, operator},
+
 		toolsvcv1.ToolHealthService_GetToolHealth_FullMethodName:   {operator, agent},
 		toolsvcv1.ToolHealthService_ListToolHealth_FullMethodName:  {operator, agent},
 		toolsvcv1.ToolHealthService_WatchToolHealth_FullMethodName: {operator, agent},

@@ -27,6 +27,7 @@ import (
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/executor"
+	"github.com/toolsvc/toolsvc/internal/export"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/health"
 	"github.com/toolsvc/toolsvc/internal/quota"
@@ -216,7 +217,7 @@ func New(o Options) (*Server, error) {
 		opts = append(opts, grpc.StatsHandler(o.StatsHandler))
 	}
 	s.grpc = grpc.NewServer(opts...)
-	toolsvcv1.RegisterRegistryServiceServer(s.grpc, &registryServer{reg: o.Registry})
+	toolsvcv1.RegisterRegistryServiceServer(s.grpc, &registryServer{reg: o.Registry, exports: export.NewExporter()})
 	toolsvcv1.RegisterToolExecutionServiceServer(s.grpc, &executionServer{ex: o.Executor})
 	approvalPage := o.ApprovalPageBytes
 	if approvalPage <= 0 {

@@ -108,6 +108,7 @@ func (l ParkLimits) Check(principal string, calls int, bytes, adding int64) erro
 // Store is the whole storage interface.
 type Store interface {
 	ToolStore
+	ToolsetStore
 	HealthStore
 	CallStore
 	ApprovalStore
@@ -186,6 +187,59 @@ type DeleteToolParams struct {
 
 // ListToolsParams are ListTools' inputs.
 type ListToolsParams struct {
+	After  string
+	Limit  int
+	Source ToolSource
+}
+
+// ToolsetStore holds toolsets: named groups of tools with model-facing
+// guidance. A toolset refers to tools by name only; the store does not check
+// that they exist (the registry does, when one is registered). Every change
+// notifies TopicToolsets with the toolset's name.
+type ToolsetStore interface {
+	// CreateToolset inserts p.Toolset with Version 1 and CreatedAt =
+	// UpdatedAt = p.Now. ErrConflict if a toolset with the name exists.
+	CreateToolset(ctx context.Context, p CreateToolsetParams) (*Toolset, error)
+	// UpdateToolset replaces the definition of an existing toolset whose
+	// version is p.ExpectedVersion, storing it with version
+	// ExpectedVersion+1 and UpdatedAt = p.Now (CreatedAt kept). ErrNotFound;
+	// ErrConflict if its version differs.
+	UpdateToolset(ctx context.Context, p UpdateToolsetParams) (*Toolset, error)
+	// DeleteToolset removes a toolset and returns it as it was. ErrNotFound;
+	// ErrConflict if p.ExpectedVersion is non-zero and differs.
+	DeleteToolset(ctx context.Context, p DeleteToolsetParams) (*Toolset, error)
+	// GetToolset returns a toolset by name, or ErrNotFound.
+	GetToolset(ctx context.Context, name string) (*Toolset, error)
+	// ListToolsets returns toolsets ordered by name, names > p.After, at most
+	// p.Limit (all if 0), only p.Source if set.
+	ListToolsets(ctx context.Context, p ListToolsetsParams) ([]*Toolset, error)
+}
+
+// CreateToolsetParams are CreateToolset's inputs.
+type CreateToolsetParams struct {
+	Toolset *Toolset // Version, CreatedAt, UpdatedAt are set by the store
+	Now     time.Time
+	Events  []AuditEvent
+}
+
+// UpdateToolsetParams are UpdateToolset's inputs.
+type UpdateToolsetParams struct {
+	Toolset         *Toolset // Version, CreatedAt, UpdatedAt are set by the store
+	ExpectedVersion int64    // required
+	Now             time.Time
+	Events          []AuditEvent
+}
+
+// DeleteToolsetParams are DeleteToolset's inputs.
+type DeleteToolsetParams struct {
+	Name            string
+	ExpectedVersion int64 // 0: any
+	Now             time.Time
+	Events          []AuditEvent
+}
+
+// ListToolsetsParams are ListToolsets' inputs.
+type ListToolsetsParams struct {
 	After  string
 	Limit  int
 	Source ToolSource
@@ -655,12 +709,13 @@ const (
 	TopicTools     Topic = "tools"
 	TopicApprovals Topic = "approvals"
 	TopicHealth    Topic = "health"
+	TopicToolsets  Topic = "toolsets"
 )
 
 // Notification says that something changed, on this or another replica.
 type Notification struct {
 	Topic Topic
-	// Key is the tool name or approval id. Empty means "anything of this
+	// Key is the tool name, approval id or toolset name. Empty means "anything of this
 	// topic may have changed" (sent after a lost connection): reload all.
 	Key string
 }

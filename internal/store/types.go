@@ -55,6 +55,8 @@ type Tool struct {
 	ApprovalTTL     time.Duration `json:"approval_ttl,omitempty"`
 	Policies        []Policy      `json:"policies,omitempty"`
 	AuditPayloads   bool          `json:"audit_payloads,omitempty"`
+	// Guidance is model-facing Markdown for every action of the tool.
+	Guidance string `json:"guidance,omitempty"`
 	// Connector is set for a tool declared as a connector (an MCP server or
 	// an HTTP API, named by the tool): its actions derive from it.
 	Connector *connector.Spec `json:"connector,omitempty"`
@@ -82,6 +84,27 @@ func (t *Tool) Action(name string) *Action {
 		}
 	}
 	return nil
+}
+
+// Toolset is a named group of tools with model-facing guidance: the text a
+// model reads before it uses them. It shapes what models are shown; it
+// grants nothing.
+type Toolset struct {
+	Name  string `json:"name"`
+	Title string `json:"title"`
+	// Guidance is model-facing Markdown.
+	Guidance string `json:"guidance,omitempty"`
+	// Tools are tool names (every action) or tool.action (one action), in
+	// the order they are exported.
+	Tools []string `json:"tools"`
+	// Disabled: the toolset contributes nothing to exports.
+	Disabled bool `json:"disabled,omitempty"`
+
+	// Set by the store.
+	Version   int64      `json:"version"`
+	Source    ToolSource `json:"source"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
 }
 
 // HealthStatus is a tool's health.

@@ -40,6 +40,7 @@ func (t *Telemetry) WrapStore(st store.Store, backend string) store.Store {
 // storeOps are the observed operations.
 var storeOps = []string{
 	"CreateTool", "UpdateTool", "DeleteTool", "GetTool", "ListTools",
+	"CreateToolset", "UpdateToolset", "DeleteToolset", "GetToolset", "ListToolsets",
 	"GetToolHealth", "ListToolHealth", "UpdateToolHealth",
 	"GetCall", "GetCallByKey", "ClaimCall", "StartParkedCall", "RenewCallLease", "FinishCall",
 	"ParkCall", "ReportCallProgress", "ListChildCalls",
@@ -125,6 +126,41 @@ func storeResult(err error) (result string, failed bool) {
 func (s *observedStore) CreateTool(ctx context.Context, p store.CreateToolParams) (*store.Tool, error) {
 	ctx, op := s.begin(ctx, "CreateTool")
 	r, err := s.Store.CreateTool(ctx, p)
+	op.end(err)
+	return r, err
+}
+
+func (s *observedStore) CreateToolset(ctx context.Context, p store.CreateToolsetParams) (*store.Toolset, error) {
+	ctx, op := s.begin(ctx, "CreateToolset")
+	r, err := s.Store.CreateToolset(ctx, p)
+	op.end(err)
+	return r, err
+}
+
+func (s *observedStore) UpdateToolset(ctx context.Context, p store.UpdateToolsetParams) (*store.Toolset, error) {
+	ctx, op := s.begin(ctx, "UpdateToolset")
+	r, err := s.Store.UpdateToolset(ctx, p)
+	op.end(err)
+	return r, err
+}
+
+func (s *observedStore) DeleteToolset(ctx context.Context, p store.DeleteToolsetParams) (*store.Toolset, error) {
+	ctx, op := s.begin(ctx, "DeleteToolset")
+	r, err := s.Store.DeleteToolset(ctx, p)
+	op.end(err)
+	return r, err
+}
+
+func (s *observedStore) GetToolset(ctx context.Context, name string) (*store.Toolset, error) {
+	ctx, op := s.begin(ctx, "GetToolset")
+	r, err := s.Store.GetToolset(ctx, name)
+	op.end(err)
+	return r, err
+}
+
+func (s *observedStore) ListToolsets(ctx context.Context, p store.ListToolsetsParams) ([]*store.Toolset, error) {
+	ctx, op := s.begin(ctx, "ListToolsets")
+	r, err := s.Store.ListToolsets(ctx, p)
 	op.end(err)
 	return r, err
 }

@@ -721,11 +721,20 @@ func (x *ResolveApprovalResponse) GetApproval() *Approval {
 	return nil
 }
 
-// WatchApprovalsRequest filters the stream.
+// WatchApprovalsRequest filters the stream. Filters combine (all must
+// match).
 type WatchApprovalsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only approvals for this tool (empty: all).
-	Tool          string `protobuf:"bytes,1,opt,name=tool,proto3" json:"tool,omitempty"`
+	Tool string `protobuf:"bytes,1,opt,name=tool,proto3" json:"tool,omitempty"`
+	// Only this approval: the stream starts with it as it is now (NOT_FOUND
+	// APPROVAL_NOT_FOUND if the caller may not see it), then sends each change.
+	ApprovalId string `protobuf:"bytes,2,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
+	// Only the approvals of this call (the one it is parked behind, and any
+	// it is parked behind later): the stream starts with the call's current
+	// approval, if it has one (NOT_FOUND CALL_NOT_FOUND if the caller may not
+	// see the call).
+	CallId        string `protobuf:"bytes,3,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -763,6 +772,20 @@ func (*WatchApprovalsRequest) Descriptor() ([]byte, []int) {
 func (x *WatchApprovalsRequest) GetTool() string {
 	if x != nil {
 		return x.Tool
+	}
+	return ""
+}
+
+func (x *WatchApprovalsRequest) GetApprovalId() string {
+	if x != nil {
+		return x.ApprovalId
+	}
+	return ""
+}
+
+func (x *WatchApprovalsRequest) GetCallId() string {
+	if x != nil {
+		return x.CallId
 	}
 	return ""
 }
@@ -866,9 +889,12 @@ const file_toolsvc_v1_approval_proto_rawDesc = "" +
 	"\bdecision\x18\x02 \x01(\x0e2\x1c.toolsvc.v1.ApprovalDecisionR\bdecision\x12\x18\n" +
 	"\acomment\x18\x03 \x01(\tR\acomment\"K\n" +
 	"\x17ResolveApprovalResponse\x120\n" +
-	"\bapproval\x18\x01 \x01(\v2\x14.toolsvc.v1.ApprovalR\bapproval\"+\n" +
+	"\bapproval\x18\x01 \x01(\v2\x14.toolsvc.v1.ApprovalR\bapproval\"e\n" +
 	"\x15WatchApprovalsRequest\x12\x12\n" +
-	"\x04tool\x18\x01 \x01(\tR\x04tool\"J\n" +
+	"\x04tool\x18\x01 \x01(\tR\x04tool\x12\x1f\n" +
+	"\vapproval_id\x18\x02 \x01(\tR\n" +
+	"approvalId\x12\x17\n" +
+	"\acall_id\x18\x03 \x01(\tR\x06callId\"J\n" +
 	"\x16WatchApprovalsResponse\x120\n" +
 	"\bapproval\x18\x01 \x01(\v2\x14.toolsvc.v1.ApprovalR\bapproval*\xdc\x01\n" +
 	"\rApprovalState\x12\x1e\n" +

@@ -40,7 +40,10 @@ type ApprovalServiceClient interface {
 	// requested the call may never resolve it.
 	ResolveApproval(ctx context.Context, in *ResolveApprovalRequest, opts ...grpc.CallOption) (*ResolveApprovalResponse, error)
 	// WatchApprovals streams approvals as they are created and resolved, on any
-	// replica. It first sends every pending approval that matches. Past the
+	// replica. It first sends every pending approval that matches; when it
+	// follows one approval or one call (approval_id, call_id) it first sends
+	// that approval as it is now, whatever its state, so that a waiting agent
+	// never misses a resolution that came before it subscribed. Past the
 	// server's caps on watch streams (per principal and in all) it is refused
 	// with RESOURCE_EXHAUSTED TOO_MANY_WATCH_STREAMS and a retry hint.
 	WatchApprovals(ctx context.Context, in *WatchApprovalsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchApprovalsResponse], error)
@@ -118,7 +121,10 @@ type ApprovalServiceServer interface {
 	// requested the call may never resolve it.
 	ResolveApproval(context.Context, *ResolveApprovalRequest) (*ResolveApprovalResponse, error)
 	// WatchApprovals streams approvals as they are created and resolved, on any
-	// replica. It first sends every pending approval that matches. Past the
+	// replica. It first sends every pending approval that matches; when it
+	// follows one approval or one call (approval_id, call_id) it first sends
+	// that approval as it is now, whatever its state, so that a waiting agent
+	// never misses a resolution that came before it subscribed. Past the
 	// server's caps on watch streams (per principal and in all) it is refused
 	// with RESOURCE_EXHAUSTED TOO_MANY_WATCH_STREAMS and a retry hint.
 	WatchApprovals(*WatchApprovalsRequest, grpc.ServerStreamingServer[WatchApprovalsResponse]) error

@@ -293,7 +293,10 @@ type ToolResult struct {
 	ExcludeValueFromContext bool `protobuf:"varint,4,opt,name=exclude_value_from_context,json=excludeValueFromContext,proto3" json:"exclude_value_from_context,omitempty"`
 	// The text an agent should hand to the model: the message, followed by the
 	// value rendered as JSON unless exclude_value_from_context is set.
-	ModelText     string `protobuf:"bytes,5,opt,name=model_text,json=modelText,proto3" json:"model_text,omitempty"`
+	ModelText string `protobuf:"bytes,5,opt,name=model_text,json=modelText,proto3" json:"model_text,omitempty"`
+	// The value as JSON text, as the tool returned it (empty without one), for
+	// clients that would rather not read a google.protobuf.Value.
+	ValueJson     string `protobuf:"bytes,6,opt,name=value_json,json=valueJson,proto3" json:"value_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -363,12 +366,19 @@ func (x *ToolResult) GetModelText() string {
 	return ""
 }
 
+func (x *ToolResult) GetValueJson() string {
+	if x != nil {
+		return x.ValueJson
+	}
+	return ""
+}
+
 var File_toolsvc_v1_common_proto protoreflect.FileDescriptor
 
 const file_toolsvc_v1_common_proto_rawDesc = "" +
 	"\n" +
 	"\x17toolsvc/v1/common.proto\x12\n" +
-	"toolsvc.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xca\x01\n" +
+	"toolsvc.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xe9\x01\n" +
 	"\n" +
 	"ToolResult\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x18\n" +
@@ -376,7 +386,9 @@ const file_toolsvc_v1_common_proto_rawDesc = "" +
 	"\x05value\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x05value\x12;\n" +
 	"\x1aexclude_value_from_context\x18\x04 \x01(\bR\x17excludeValueFromContext\x12\x1d\n" +
 	"\n" +
-	"model_text\x18\x05 \x01(\tR\tmodelText*\x80\x01\n" +
+	"model_text\x18\x05 \x01(\tR\tmodelText\x12\x1d\n" +
+	"\n" +
+	"value_json\x18\x06 \x01(\tR\tvalueJson*\x80\x01\n" +
 	"\tRiskLevel\x12\x1a\n" +
 	"\x16RISK_LEVEL_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eRISK_LEVEL_LOW\x10\x01\x12\x15\n" +

@@ -222,14 +222,24 @@ func (x *CallContext) GetPreviewToken() string {
 // ExecuteToolRequest asks to run one action of one tool.
 type ExecuteToolRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The tool's name.
+	// The tool's name; or, with `action` empty, an exported name (the name
+	// ExportTools gives the action, ^[a-zA-Z0-9_-]{1,64}$), as a model calls
+	// it. Arguments of a call by exported name may hold null for optional
+	// properties (the strict form of the schema): those nulls are dropped
+	// before the arguments are validated against the registered schema
+	// (docs/exports.md#calling-by-exported-name).
 	Tool string `protobuf:"bytes,1,opt,name=tool,proto3" json:"tool,omitempty"`
-	// The action's name.
+	// The action's name; empty when `tool` is an exported name.
 	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
 	// Arguments, validated against the action's input schema.
 	Arguments *structpb.Struct `protobuf:"bytes,3,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	// Call context.
-	Context       *CallContext `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
+	Context *CallContext `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
+	// The arguments as JSON text (an object), for clients that would rather
+	// not build a Struct: set this or `arguments` (if both, the same
+	// document). Numbers keep their exact spelling, which a Struct (doubles)
+	// cannot.
+	ArgumentsJson string `protobuf:"bytes,5,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -290,6 +300,13 @@ func (x *ExecuteToolRequest) GetContext() *CallContext {
 		return x.Context
 	}
 	return nil
+}
+
+func (x *ExecuteToolRequest) GetArgumentsJson() string {
+	if x != nil {
+		return x.ArgumentsJson
+	}
+	return ""
 }
 
 // ExecuteToolResponse is the outcome of one request.
@@ -1072,12 +1089,13 @@ const file_toolsvc_v1_execution_proto_rawDesc = "" +
 	"\x06scopes\x18\x06 \x03(\tR\x06scopes\x12\x1f\n" +
 	"\vapproval_id\x18\a \x01(\tR\n" +
 	"approvalId\x12#\n" +
-	"\rpreview_token\x18\b \x01(\tR\fpreviewToken\"\xaa\x01\n" +
+	"\rpreview_token\x18\b \x01(\tR\fpreviewToken\"\xd1\x01\n" +
 	"\x12ExecuteToolRequest\x12\x12\n" +
 	"\x04tool\x18\x01 \x01(\tR\x04tool\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x125\n" +
 	"\targuments\x18\x03 \x01(\v2\x17.google.protobuf.StructR\targuments\x121\n" +
-	"\acontext\x18\x04 \x01(\v2\x17.toolsvc.v1.CallContextR\acontext\"\xb5\x03\n" +
+	"\acontext\x18\x04 \x01(\v2\x17.toolsvc.v1.CallContextR\acontext\x12%\n" +
+	"\x0earguments_json\x18\x05 \x01(\tR\rargumentsJson\"\xb5\x03\n" +
 	"\x13ExecuteToolResponse\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12-\n" +

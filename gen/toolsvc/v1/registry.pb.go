@@ -241,6 +241,75 @@ func (McpTransport) EnumDescriptor() ([]byte, []int) {
 	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{3}
 }
 
+// ExportFormat is the shape of exported tool definitions.
+type ExportFormat int32
+
+const (
+	// Not set; refused.
+	ExportFormat_EXPORT_FORMAT_UNSPECIFIED ExportFormat = 0
+	// OpenAI Chat Completions tools:
+	// {"type":"function","function":{name, description, parameters, strict}}.
+	ExportFormat_EXPORT_FORMAT_OPENAI_CHAT ExportFormat = 1
+	// OpenAI Responses tools: {"type":"function", name, description,
+	// parameters, strict}.
+	ExportFormat_EXPORT_FORMAT_OPENAI_RESPONSES ExportFormat = 2
+	// Anthropic Messages tools: {name, description, input_schema,
+	// input_examples} (and "strict": true in the strict form).
+	ExportFormat_EXPORT_FORMAT_ANTHROPIC ExportFormat = 3
+	// MCP tools/list entries, as the MCP front door serves them, with _meta
+	// io.toolsvc/tool and io.toolsvc/action.
+	ExportFormat_EXPORT_FORMAT_MCP ExportFormat = 4
+	// Only the guidance, as Markdown (guidance_markdown); no tools.
+	ExportFormat_EXPORT_FORMAT_GUIDANCE ExportFormat = 5
+)
+
+// Enum value maps for ExportFormat.
+var (
+	ExportFormat_name = map[int32]string{
+		0: "EXPORT_FORMAT_UNSPECIFIED",
+		1: "EXPORT_FORMAT_OPENAI_CHAT",
+		2: "EXPORT_FORMAT_OPENAI_RESPONSES",
+		3: "EXPORT_FORMAT_ANTHROPIC",
+		4: "EXPORT_FORMAT_MCP",
+		5: "EXPORT_FORMAT_GUIDANCE",
+	}
+	ExportFormat_value = map[string]int32{
+		"EXPORT_FORMAT_UNSPECIFIED":      0,
+		"EXPORT_FORMAT_OPENAI_CHAT":      1,
+		"EXPORT_FORMAT_OPENAI_RESPONSES": 2,
+		"EXPORT_FORMAT_ANTHROPIC":        3,
+		"EXPORT_FORMAT_MCP":              4,
+		"EXPORT_FORMAT_GUIDANCE":         5,
+	}
+)
+
+func (x ExportFormat) Enum() *ExportFormat {
+	p := new(ExportFormat)
+	*p = x
+	return p
+}
+
+func (x ExportFormat) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ExportFormat) Descriptor() protoreflect.EnumDescriptor {
+	return file_toolsvc_v1_registry_proto_enumTypes[4].Descriptor()
+}
+
+func (ExportFormat) Type() protoreflect.EnumType {
+	return &file_toolsvc_v1_registry_proto_enumTypes[4]
+}
+
+func (x ExportFormat) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ExportFormat.Descriptor instead.
+func (ExportFormat) EnumDescriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{4}
+}
+
 // Tool is a registered, named capability of a connector.
 type Tool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -300,7 +369,13 @@ type Tool struct {
 	// (PERMISSION_DENIED SECRET_DESTINATION_NOT_ALLOWED); a secret read from
 	// where another connector's is read is refused (FAILED_PRECONDITION
 	// SECRET_NAME_COLLISION).
-	Connector     *Connector `protobuf:"bytes,19,opt,name=connector,proto3" json:"connector,omitempty"`
+	Connector *Connector `protobuf:"bytes,19,opt,name=connector,proto3" json:"connector,omitempty"`
+	// Model-facing guidance for every action of the tool: when to use it, how,
+	// what to avoid. Markdown, at most 4096 bytes of valid UTF-8 without
+	// control characters other than newline and tab; surrounding white space
+	// is trimmed. Exports put it into descriptions where the provider's limits
+	// allow, and always into the guidance Markdown.
+	Guidance      string `protobuf:"bytes,20,opt,name=guidance,proto3" json:"guidance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -466,6 +541,13 @@ func (x *Tool) GetConnector() *Connector {
 		return x.Connector
 	}
 	return nil
+}
+
+func (x *Tool) GetGuidance() string {
+	if x != nil {
+		return x.Guidance
+	}
+	return ""
 }
 
 // Connector is how toolsvc reaches a connector's server, and the operator's
@@ -1021,6 +1103,8 @@ type ConnectorAction struct {
 	// MCP: a side-effect-free action of the same server that previews this
 	// one, called with the same arguments when the gate asks for a preview.
 	PreviewAction string `protobuf:"bytes,11,opt,name=preview_action,json=previewAction,proto3" json:"preview_action,omitempty"`
+	// Model-facing guidance for the action (rules as Tool.guidance).
+	Guidance      string `protobuf:"bytes,12,opt,name=guidance,proto3" json:"guidance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1128,6 +1212,13 @@ func (x *ConnectorAction) GetResourceArgument() string {
 func (x *ConnectorAction) GetPreviewAction() string {
 	if x != nil {
 		return x.PreviewAction
+	}
+	return ""
+}
+
+func (x *ConnectorAction) GetGuidance() string {
+	if x != nil {
+		return x.Guidance
 	}
 	return ""
 }
@@ -1323,8 +1414,14 @@ type Action struct {
 	// byte-stable, empty without an output schema. In RegisterTool, set either
 	// this or output_schema (if both, the same document).
 	OutputSchemaJson string `protobuf:"bytes,9,opt,name=output_schema_json,json=outputSchemaJson,proto3" json:"output_schema_json,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Model-facing guidance for this action (rules as Tool.guidance).
+	Guidance string `protobuf:"bytes,10,opt,name=guidance,proto3" json:"guidance,omitempty"`
+	// Output only. The name the action is exported under (ExportTools, the MCP
+	// front door), which ExecuteTool accepts in `tool` with `action` empty:
+	// matches ^[a-zA-Z0-9_-]{1,64}$. See docs/exports.md.
+	ExportedName  string `protobuf:"bytes,11,opt,name=exported_name,json=exportedName,proto3" json:"exported_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Action) Reset() {
@@ -1416,6 +1513,20 @@ func (x *Action) GetInputSchemaJson() string {
 func (x *Action) GetOutputSchemaJson() string {
 	if x != nil {
 		return x.OutputSchemaJson
+	}
+	return ""
+}
+
+func (x *Action) GetGuidance() string {
+	if x != nil {
+		return x.Guidance
+	}
+	return ""
+}
+
+func (x *Action) GetExportedName() string {
+	if x != nil {
+		return x.ExportedName
 	}
 	return ""
 }
@@ -2244,12 +2355,865 @@ func (x *SyncToolResponse) GetChanged() bool {
 	return false
 }
 
+// Toolset groups tools under a title and model-facing guidance: the text a
+// model should read before it uses them. A toolset shapes what models are
+// shown (exports, the MCP front door); it grants nothing: scopes decide who
+// may call a tool.
+type Toolset struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unique name, matching ^[a-z0-9_-]{1,64}$.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Heading of the toolset's guidance: 1-200 printable ASCII characters.
+	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	// Model-facing Markdown: when and how to use the toolset's tools. At most
+	// 4096 bytes of valid UTF-8 without control characters other than newline
+	// and tab.
+	Guidance string `protobuf:"bytes,3,opt,name=guidance,proto3" json:"guidance,omitempty"`
+	// The toolset's tools, in the order they are exported: a tool's name
+	// (every action of it) or tool.action (that action only). At least one;
+	// each must be registered when the toolset is registered.
+	Tools []string `protobuf:"bytes,4,rep,name=tools,proto3" json:"tools,omitempty"`
+	// A disabled toolset contributes neither guidance nor tools to exports:
+	// a tool that only disabled toolsets name is left out of the default
+	// export.
+	Disabled bool `protobuf:"varint,5,opt,name=disabled,proto3" json:"disabled,omitempty"`
+	// Output only. Bumped on every change; starts at 1.
+	Version int64 `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
+	// Output only. Where the definition came from (API or the tools file).
+	Source ToolSource `protobuf:"varint,7,opt,name=source,proto3,enum=toolsvc.v1.ToolSource" json:"source,omitempty"`
+	// Output only. When the toolset was first registered.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Output only. When the definition last changed.
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Toolset) Reset() {
+	*x = Toolset{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Toolset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Toolset) ProtoMessage() {}
+
+func (x *Toolset) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Toolset.ProtoReflect.Descriptor instead.
+func (*Toolset) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *Toolset) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Toolset) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *Toolset) GetGuidance() string {
+	if x != nil {
+		return x.Guidance
+	}
+	return ""
+}
+
+func (x *Toolset) GetTools() []string {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *Toolset) GetDisabled() bool {
+	if x != nil {
+		return x.Disabled
+	}
+	return false
+}
+
+func (x *Toolset) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Toolset) GetSource() ToolSource {
+	if x != nil {
+		return x.Source
+	}
+	return ToolSource_TOOL_SOURCE_UNSPECIFIED
+}
+
+func (x *Toolset) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Toolset) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
+// RegisterToolsetRequest creates or replaces a toolset.
+type RegisterToolsetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The toolset. Output-only fields are ignored.
+	Toolset *Toolset `protobuf:"bytes,1,opt,name=toolset,proto3" json:"toolset,omitempty"`
+	// If non-zero, the registration succeeds only if the stored toolset has
+	// this version; 0 means "create or replace".
+	ExpectedVersion int64 `protobuf:"varint,2,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
+	// Validate only; write nothing.
+	ValidateOnly  bool `protobuf:"varint,3,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterToolsetRequest) Reset() {
+	*x = RegisterToolsetRequest{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterToolsetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterToolsetRequest) ProtoMessage() {}
+
+func (x *RegisterToolsetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterToolsetRequest.ProtoReflect.Descriptor instead.
+func (*RegisterToolsetRequest) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RegisterToolsetRequest) GetToolset() *Toolset {
+	if x != nil {
+		return x.Toolset
+	}
+	return nil
+}
+
+func (x *RegisterToolsetRequest) GetExpectedVersion() int64 {
+	if x != nil {
+		return x.ExpectedVersion
+	}
+	return 0
+}
+
+func (x *RegisterToolsetRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
+// RegisterToolsetResponse is the stored toolset.
+type RegisterToolsetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The toolset as stored.
+	Toolset *Toolset `protobuf:"bytes,1,opt,name=toolset,proto3" json:"toolset,omitempty"`
+	// True if the toolset did not exist before.
+	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterToolsetResponse) Reset() {
+	*x = RegisterToolsetResponse{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterToolsetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterToolsetResponse) ProtoMessage() {}
+
+func (x *RegisterToolsetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterToolsetResponse.ProtoReflect.Descriptor instead.
+func (*RegisterToolsetResponse) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RegisterToolsetResponse) GetToolset() *Toolset {
+	if x != nil {
+		return x.Toolset
+	}
+	return nil
+}
+
+func (x *RegisterToolsetResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+// GetToolsetRequest names a toolset.
+type GetToolsetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The toolset's name.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetToolsetRequest) Reset() {
+	*x = GetToolsetRequest{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetToolsetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetToolsetRequest) ProtoMessage() {}
+
+func (x *GetToolsetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetToolsetRequest.ProtoReflect.Descriptor instead.
+func (*GetToolsetRequest) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GetToolsetRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// GetToolsetResponse carries one toolset.
+type GetToolsetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The toolset, as the caller may see it.
+	Toolset       *Toolset `protobuf:"bytes,1,opt,name=toolset,proto3" json:"toolset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetToolsetResponse) Reset() {
+	*x = GetToolsetResponse{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetToolsetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetToolsetResponse) ProtoMessage() {}
+
+func (x *GetToolsetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetToolsetResponse.ProtoReflect.Descriptor instead.
+func (*GetToolsetResponse) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetToolsetResponse) GetToolset() *Toolset {
+	if x != nil {
+		return x.Toolset
+	}
+	return nil
+}
+
+// ListToolsetsRequest asks for a page of toolsets.
+type ListToolsetsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Maximum number to return; 0 means 50, at most 500.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token from a previous response's next_page_token.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListToolsetsRequest) Reset() {
+	*x = ListToolsetsRequest{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListToolsetsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListToolsetsRequest) ProtoMessage() {}
+
+func (x *ListToolsetsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListToolsetsRequest.ProtoReflect.Descriptor instead.
+func (*ListToolsetsRequest) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListToolsetsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListToolsetsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListToolsetsResponse is one page of toolsets.
+type ListToolsetsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Toolsets ordered by name.
+	Toolsets []*Toolset `protobuf:"bytes,1,rep,name=toolsets,proto3" json:"toolsets,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListToolsetsResponse) Reset() {
+	*x = ListToolsetsResponse{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListToolsetsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListToolsetsResponse) ProtoMessage() {}
+
+func (x *ListToolsetsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListToolsetsResponse.ProtoReflect.Descriptor instead.
+func (*ListToolsetsResponse) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListToolsetsResponse) GetToolsets() []*Toolset {
+	if x != nil {
+		return x.Toolsets
+	}
+	return nil
+}
+
+func (x *ListToolsetsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// DeregisterToolsetRequest names the toolset to remove.
+type DeregisterToolsetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The toolset's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// If non-zero, succeed only if the stored toolset has this version.
+	ExpectedVersion int64 `protobuf:"varint,2,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *DeregisterToolsetRequest) Reset() {
+	*x = DeregisterToolsetRequest{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeregisterToolsetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeregisterToolsetRequest) ProtoMessage() {}
+
+func (x *DeregisterToolsetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeregisterToolsetRequest.ProtoReflect.Descriptor instead.
+func (*DeregisterToolsetRequest) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *DeregisterToolsetRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeregisterToolsetRequest) GetExpectedVersion() int64 {
+	if x != nil {
+		return x.ExpectedVersion
+	}
+	return 0
+}
+
+// DeregisterToolsetResponse carries the removed toolset.
+type DeregisterToolsetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The toolset as it was before removal.
+	Toolset       *Toolset `protobuf:"bytes,1,opt,name=toolset,proto3" json:"toolset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeregisterToolsetResponse) Reset() {
+	*x = DeregisterToolsetResponse{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeregisterToolsetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeregisterToolsetResponse) ProtoMessage() {}
+
+func (x *DeregisterToolsetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeregisterToolsetResponse.ProtoReflect.Descriptor instead.
+func (*DeregisterToolsetResponse) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *DeregisterToolsetResponse) GetToolset() *Toolset {
+	if x != nil {
+		return x.Toolset
+	}
+	return nil
+}
+
+// ExportToolsRequest says what to export.
+type ExportToolsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The format. Required.
+	Format ExportFormat `protobuf:"varint,1,opt,name=format,proto3,enum=toolsvc.v1.ExportFormat" json:"format,omitempty"`
+	// If set, only this toolset's tools, in its order (it must be enabled and
+	// visible to the caller); otherwise every tool the caller may call that is
+	// in no toolset or in an enabled one, by tool name.
+	Toolset string `protobuf:"bytes,2,opt,name=toolset,proto3" json:"toolset,omitempty"`
+	// Schemas made valid for OpenAI's and Anthropic's strict modes at once
+	// (docs/exports.md#strict); actions whose schema cannot be kept are left
+	// out and listed in `omitted`.
+	Strict        bool `protobuf:"varint,3,opt,name=strict,proto3" json:"strict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportToolsRequest) Reset() {
+	*x = ExportToolsRequest{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportToolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportToolsRequest) ProtoMessage() {}
+
+func (x *ExportToolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportToolsRequest.ProtoReflect.Descriptor instead.
+func (*ExportToolsRequest) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ExportToolsRequest) GetFormat() ExportFormat {
+	if x != nil {
+		return x.Format
+	}
+	return ExportFormat_EXPORT_FORMAT_UNSPECIFIED
+}
+
+func (x *ExportToolsRequest) GetToolset() string {
+	if x != nil {
+		return x.Toolset
+	}
+	return ""
+}
+
+func (x *ExportToolsRequest) GetStrict() bool {
+	if x != nil {
+		return x.Strict
+	}
+	return false
+}
+
+// ExportToolsResponse is the export.
+type ExportToolsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The exported definitions as one JSON array: byte-stable (identical
+	// state gives identical bytes, on every replica and after restarts), keys
+	// in a fixed order, schemas' keys as registered. Empty for
+	// EXPORT_FORMAT_GUIDANCE.
+	ToolsJson string `protobuf:"bytes,1,opt,name=tools_json,json=toolsJson,proto3" json:"tools_json,omitempty"`
+	// The same definitions one by one, with the (tool, action) each stands for.
+	Tools []*ExportedTool `protobuf:"bytes,2,rep,name=tools,proto3" json:"tools,omitempty"`
+	// Actions the caller may call that the export leaves out, and why (a
+	// schema that strict mode cannot express, an exported name two actions
+	// share).
+	Omitted []*ExportOmission `protobuf:"bytes,3,rep,name=omitted,proto3" json:"omitted,omitempty"`
+	// The guidance of the exported toolsets, tools and actions as Markdown: the
+	// system-prompt text that goes with the tools.
+	GuidanceMarkdown string `protobuf:"bytes,4,opt,name=guidance_markdown,json=guidanceMarkdown,proto3" json:"guidance_markdown,omitempty"`
+	// Things the caller should know about the export as a whole, such as a
+	// provider's per-request limit that the whole export exceeds.
+	Warnings      []string `protobuf:"bytes,5,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportToolsResponse) Reset() {
+	*x = ExportToolsResponse{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportToolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportToolsResponse) ProtoMessage() {}
+
+func (x *ExportToolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportToolsResponse.ProtoReflect.Descriptor instead.
+func (*ExportToolsResponse) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ExportToolsResponse) GetToolsJson() string {
+	if x != nil {
+		return x.ToolsJson
+	}
+	return ""
+}
+
+func (x *ExportToolsResponse) GetTools() []*ExportedTool {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *ExportToolsResponse) GetOmitted() []*ExportOmission {
+	if x != nil {
+		return x.Omitted
+	}
+	return nil
+}
+
+func (x *ExportToolsResponse) GetGuidanceMarkdown() string {
+	if x != nil {
+		return x.GuidanceMarkdown
+	}
+	return ""
+}
+
+func (x *ExportToolsResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+// ExportedTool is one exported definition.
+type ExportedTool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The exported name (^[a-zA-Z0-9_-]{1,64}$).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The tool it stands for.
+	Tool string `protobuf:"bytes,2,opt,name=tool,proto3" json:"tool,omitempty"`
+	// The action it stands for.
+	Action string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	// The definition as JSON text, as it appears in tools_json.
+	DefinitionJson string `protobuf:"bytes,4,opt,name=definition_json,json=definitionJson,proto3" json:"definition_json,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ExportedTool) Reset() {
+	*x = ExportedTool{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportedTool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportedTool) ProtoMessage() {}
+
+func (x *ExportedTool) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportedTool.ProtoReflect.Descriptor instead.
+func (*ExportedTool) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ExportedTool) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExportedTool) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *ExportedTool) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ExportedTool) GetDefinitionJson() string {
+	if x != nil {
+		return x.DefinitionJson
+	}
+	return ""
+}
+
+// ExportOmission is an action left out of an export.
+type ExportOmission struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its exported name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The tool.
+	Tool string `protobuf:"bytes,2,opt,name=tool,proto3" json:"tool,omitempty"`
+	// The action.
+	Action string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	// Why it was left out.
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportOmission) Reset() {
+	*x = ExportOmission{}
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportOmission) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportOmission) ProtoMessage() {}
+
+func (x *ExportOmission) ProtoReflect() protoreflect.Message {
+	mi := &file_toolsvc_v1_registry_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportOmission.ProtoReflect.Descriptor instead.
+func (*ExportOmission) Descriptor() ([]byte, []int) {
+	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ExportOmission) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExportOmission) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *ExportOmission) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ExportOmission) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_toolsvc_v1_registry_proto protoreflect.FileDescriptor
 
 const file_toolsvc_v1_registry_proto_rawDesc = "" +
 	"\n" +
 	"\x19toolsvc/v1/registry.proto\x12\n" +
-	"toolsvc.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17toolsvc/v1/common.proto\"\xe0\x06\n" +
+	"toolsvc.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17toolsvc/v1/common.proto\"\xfc\x06\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12!\n" +
@@ -2273,7 +3237,8 @@ const file_toolsvc_v1_registry_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x123\n" +
-	"\tconnector\x18\x13 \x01(\v2\x15.toolsvc.v1.ConnectorR\tconnector\"\x95\x06\n" +
+	"\tconnector\x18\x13 \x01(\v2\x15.toolsvc.v1.ConnectorR\tconnector\x12\x1a\n" +
+	"\bguidance\x18\x14 \x01(\tR\bguidance\"\x95\x06\n" +
 	"\tConnector\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.toolsvc.v1.ConnectorTypeR\x04type\x126\n" +
 	"\ttransport\x18\x02 \x01(\x0e2\x18.toolsvc.v1.McpTransportR\ttransport\x12\x18\n" +
@@ -2317,7 +3282,7 @@ const file_toolsvc_v1_registry_proto_rawDesc = "" +
 	"\bpassword\x18\x02 \x01(\v2\x15.toolsvc.v1.SecretRefR\bpassword\"N\n" +
 	"\vNamedSecret\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
-	"\x05value\x18\x02 \x01(\v2\x15.toolsvc.v1.SecretRefR\x05value\"\x96\x03\n" +
+	"\x05value\x18\x02 \x01(\v2\x15.toolsvc.v1.SecretRefR\x05value\"\xb2\x03\n" +
 	"\x0fConnectorAction\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x16\n" +
@@ -2330,7 +3295,8 @@ const file_toolsvc_v1_registry_proto_rawDesc = "" +
 	"\x04risk\x18\t \x01(\x0e2\x15.toolsvc.v1.RiskLevelR\x04risk\x12+\n" +
 	"\x11resource_argument\x18\n" +
 	" \x01(\tR\x10resourceArgument\x12%\n" +
-	"\x0epreview_action\x18\v \x01(\tR\rpreviewAction\"\xa2\x01\n" +
+	"\x0epreview_action\x18\v \x01(\tR\rpreviewAction\x12\x1a\n" +
+	"\bguidance\x18\f \x01(\tR\bguidance\"\xa2\x01\n" +
 	"\x0eDiscoveredTool\x12\x16\n" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x1f\n" +
 	"\vserver_tool\x18\x02 \x01(\tR\n" +
@@ -2345,7 +3311,7 @@ const file_toolsvc_v1_registry_proto_rawDesc = "" +
 	"\x0f_read_only_hintB\x13\n" +
 	"\x11_destructive_hintB\x12\n" +
 	"\x10_open_world_hintB\x12\n" +
-	"\x10_idempotent_hint\"\xa1\x03\n" +
+	"\x10_idempotent_hint\"\xe2\x03\n" +
 	"\x06Action\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
@@ -2355,7 +3321,10 @@ const file_toolsvc_v1_registry_proto_rawDesc = "" +
 	"\bexamples\x18\x06 \x03(\v2\x19.toolsvc.v1.ActionExampleR\bexamples\x12+\n" +
 	"\x11resource_argument\x18\a \x01(\tR\x10resourceArgument\x12*\n" +
 	"\x11input_schema_json\x18\b \x01(\tR\x0finputSchemaJson\x12,\n" +
-	"\x12output_schema_json\x18\t \x01(\tR\x10outputSchemaJson\"\xd0\x01\n" +
+	"\x12output_schema_json\x18\t \x01(\tR\x10outputSchemaJson\x12\x1a\n" +
+	"\bguidance\x18\n" +
+	" \x01(\tR\bguidance\x12#\n" +
+	"\rexported_name\x18\v \x01(\tR\fexportedName\"\xd0\x01\n" +
 	"\rActionExample\x12 \n" +
 	"\vdescription\x18\x01 \x01(\tR\vdescription\x12-\n" +
 	"\x05input\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x05input\x12.\n" +
@@ -2402,7 +3371,63 @@ const file_toolsvc_v1_registry_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"R\n" +
 	"\x10SyncToolResponse\x12$\n" +
 	"\x04tool\x18\x01 \x01(\v2\x10.toolsvc.v1.ToolR\x04tool\x12\x18\n" +
-	"\achanged\x18\x02 \x01(\bR\achanged*^\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"\xc5\x02\n" +
+	"\aToolset\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12\x1a\n" +
+	"\bguidance\x18\x03 \x01(\tR\bguidance\x12\x14\n" +
+	"\x05tools\x18\x04 \x03(\tR\x05tools\x12\x1a\n" +
+	"\bdisabled\x18\x05 \x01(\bR\bdisabled\x12\x18\n" +
+	"\aversion\x18\x06 \x01(\x03R\aversion\x12.\n" +
+	"\x06source\x18\a \x01(\x0e2\x16.toolsvc.v1.ToolSourceR\x06source\x12;\n" +
+	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vupdate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\"\x97\x01\n" +
+	"\x16RegisterToolsetRequest\x12-\n" +
+	"\atoolset\x18\x01 \x01(\v2\x13.toolsvc.v1.ToolsetR\atoolset\x12)\n" +
+	"\x10expected_version\x18\x02 \x01(\x03R\x0fexpectedVersion\x12#\n" +
+	"\rvalidate_only\x18\x03 \x01(\bR\fvalidateOnly\"b\n" +
+	"\x17RegisterToolsetResponse\x12-\n" +
+	"\atoolset\x18\x01 \x01(\v2\x13.toolsvc.v1.ToolsetR\atoolset\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"'\n" +
+	"\x11GetToolsetRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"C\n" +
+	"\x12GetToolsetResponse\x12-\n" +
+	"\atoolset\x18\x01 \x01(\v2\x13.toolsvc.v1.ToolsetR\atoolset\"Q\n" +
+	"\x13ListToolsetsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"o\n" +
+	"\x14ListToolsetsResponse\x12/\n" +
+	"\btoolsets\x18\x01 \x03(\v2\x13.toolsvc.v1.ToolsetR\btoolsets\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"Y\n" +
+	"\x18DeregisterToolsetRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
+	"\x10expected_version\x18\x02 \x01(\x03R\x0fexpectedVersion\"J\n" +
+	"\x19DeregisterToolsetResponse\x12-\n" +
+	"\atoolset\x18\x01 \x01(\v2\x13.toolsvc.v1.ToolsetR\atoolset\"x\n" +
+	"\x12ExportToolsRequest\x120\n" +
+	"\x06format\x18\x01 \x01(\x0e2\x18.toolsvc.v1.ExportFormatR\x06format\x12\x18\n" +
+	"\atoolset\x18\x02 \x01(\tR\atoolset\x12\x16\n" +
+	"\x06strict\x18\x03 \x01(\bR\x06strict\"\xe3\x01\n" +
+	"\x13ExportToolsResponse\x12\x1d\n" +
+	"\n" +
+	"tools_json\x18\x01 \x01(\tR\ttoolsJson\x12.\n" +
+	"\x05tools\x18\x02 \x03(\v2\x18.toolsvc.v1.ExportedToolR\x05tools\x124\n" +
+	"\aomitted\x18\x03 \x03(\v2\x1a.toolsvc.v1.ExportOmissionR\aomitted\x12+\n" +
+	"\x11guidance_markdown\x18\x04 \x01(\tR\x10guidanceMarkdown\x12\x1a\n" +
+	"\bwarnings\x18\x05 \x03(\tR\bwarnings\"w\n" +
+	"\fExportedTool\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x12'\n" +
+	"\x0fdefinition_json\x18\x04 \x01(\tR\x0edefinitionJson\"h\n" +
+	"\x0eExportOmission\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason*^\n" +
 	"\fProviderType\x12\x1d\n" +
 	"\x19PROVIDER_TYPE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14PROVIDER_TYPE_NATIVE\x10\x01\x12\x15\n" +
@@ -2420,13 +3445,26 @@ const file_toolsvc_v1_registry_proto_rawDesc = "" +
 	"\fMcpTransport\x12\x1d\n" +
 	"\x19MCP_TRANSPORT_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13MCP_TRANSPORT_STDIO\x10\x01\x12\x16\n" +
-	"\x12MCP_TRANSPORT_HTTP\x10\x022\x92\x03\n" +
+	"\x12MCP_TRANSPORT_HTTP\x10\x02*\xc0\x01\n" +
+	"\fExportFormat\x12\x1d\n" +
+	"\x19EXPORT_FORMAT_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19EXPORT_FORMAT_OPENAI_CHAT\x10\x01\x12\"\n" +
+	"\x1eEXPORT_FORMAT_OPENAI_RESPONSES\x10\x02\x12\x1b\n" +
+	"\x17EXPORT_FORMAT_ANTHROPIC\x10\x03\x12\x15\n" +
+	"\x11EXPORT_FORMAT_MCP\x10\x04\x12\x1a\n" +
+	"\x16EXPORT_FORMAT_GUIDANCE\x10\x052\xc0\x06\n" +
 	"\x0fRegistryService\x12Q\n" +
 	"\fRegisterTool\x12\x1f.toolsvc.v1.RegisterToolRequest\x1a .toolsvc.v1.RegisterToolResponse\x12B\n" +
 	"\aGetTool\x12\x1a.toolsvc.v1.GetToolRequest\x1a\x1b.toolsvc.v1.GetToolResponse\x12H\n" +
 	"\tListTools\x12\x1c.toolsvc.v1.ListToolsRequest\x1a\x1d.toolsvc.v1.ListToolsResponse\x12W\n" +
 	"\x0eDeregisterTool\x12!.toolsvc.v1.DeregisterToolRequest\x1a\".toolsvc.v1.DeregisterToolResponse\x12E\n" +
-	"\bSyncTool\x12\x1b.toolsvc.v1.SyncToolRequest\x1a\x1c.toolsvc.v1.SyncToolResponseB5Z3github.com/toolsvc/toolsvc/gen/toolsvc/v1;toolsvcv1b\x06proto3"
+	"\bSyncTool\x12\x1b.toolsvc.v1.SyncToolRequest\x1a\x1c.toolsvc.v1.SyncToolResponse\x12Z\n" +
+	"\x0fRegisterToolset\x12\".toolsvc.v1.RegisterToolsetRequest\x1a#.toolsvc.v1.RegisterToolsetResponse\x12K\n" +
+	"\n" +
+	"GetToolset\x12\x1d.toolsvc.v1.GetToolsetRequest\x1a\x1e.toolsvc.v1.GetToolsetResponse\x12Q\n" +
+	"\fListToolsets\x12\x1f.toolsvc.v1.ListToolsetsRequest\x1a .toolsvc.v1.ListToolsetsResponse\x12`\n" +
+	"\x11DeregisterToolset\x12$.toolsvc.v1.DeregisterToolsetRequest\x1a%.toolsvc.v1.DeregisterToolsetResponse\x12N\n" +
+	"\vExportTools\x12\x1e.toolsvc.v1.ExportToolsRequest\x1a\x1f.toolsvc.v1.ExportToolsResponseB5Z3github.com/toolsvc/toolsvc/gen/toolsvc/v1;toolsvcv1b\x06proto3"
 
 var (
 	file_toolsvc_v1_registry_proto_rawDescOnce sync.Once
@@ -2440,107 +3478,142 @@ func file_toolsvc_v1_registry_proto_rawDescGZIP() []byte {
 	return file_toolsvc_v1_registry_proto_rawDescData
 }
 
-var file_toolsvc_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_toolsvc_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_toolsvc_v1_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_toolsvc_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_toolsvc_v1_registry_proto_goTypes = []any{
-	(ProviderType)(0),              // 0: toolsvc.v1.ProviderType
-	(ToolSource)(0),                // 1: toolsvc.v1.ToolSource
-	(ConnectorType)(0),             // 2: toolsvc.v1.ConnectorType
-	(McpTransport)(0),              // 3: toolsvc.v1.McpTransport
-	(*Tool)(nil),                   // 4: toolsvc.v1.Tool
-	(*Connector)(nil),              // 5: toolsvc.v1.Connector
-	(*ConfigValue)(nil),            // 6: toolsvc.v1.ConfigValue
-	(*SecretRef)(nil),              // 7: toolsvc.v1.SecretRef
-	(*HttpAuth)(nil),               // 8: toolsvc.v1.HttpAuth
-	(*BasicAuth)(nil),              // 9: toolsvc.v1.BasicAuth
-	(*NamedSecret)(nil),            // 10: toolsvc.v1.NamedSecret
-	(*ConnectorAction)(nil),        // 11: toolsvc.v1.ConnectorAction
-	(*DiscoveredTool)(nil),         // 12: toolsvc.v1.DiscoveredTool
-	(*ToolAnnotations)(nil),        // 13: toolsvc.v1.ToolAnnotations
-	(*Action)(nil),                 // 14: toolsvc.v1.Action
-	(*ActionExample)(nil),          // 15: toolsvc.v1.ActionExample
-	(*Policy)(nil),                 // 16: toolsvc.v1.Policy
-	(*SequentialDependency)(nil),   // 17: toolsvc.v1.SequentialDependency
-	(*ReadBeforeWrite)(nil),        // 18: toolsvc.v1.ReadBeforeWrite
-	(*RegisterToolRequest)(nil),    // 19: toolsvc.v1.RegisterToolRequest
-	(*RegisterToolResponse)(nil),   // 20: toolsvc.v1.RegisterToolResponse
-	(*GetToolRequest)(nil),         // 21: toolsvc.v1.GetToolRequest
-	(*GetToolResponse)(nil),        // 22: toolsvc.v1.GetToolResponse
-	(*ListToolsRequest)(nil),       // 23: toolsvc.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),      // 24: toolsvc.v1.ListToolsResponse
-	(*DeregisterToolRequest)(nil),  // 25: toolsvc.v1.DeregisterToolRequest
-	(*DeregisterToolResponse)(nil), // 26: toolsvc.v1.DeregisterToolResponse
-	(*SyncToolRequest)(nil),        // 27: toolsvc.v1.SyncToolRequest
-	(*SyncToolResponse)(nil),       // 28: toolsvc.v1.SyncToolResponse
-	nil,                            // 29: toolsvc.v1.Connector.EnvEntry
-	nil,                            // 30: toolsvc.v1.Connector.HeadersEntry
-	(RiskLevel)(0),                 // 31: toolsvc.v1.RiskLevel
-	(*durationpb.Duration)(nil),    // 32: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 33: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),        // 34: google.protobuf.Struct
-	(*structpb.Value)(nil),         // 35: google.protobuf.Value
+	(ProviderType)(0),                 // 0: toolsvc.v1.ProviderType
+	(ToolSource)(0),                   // 1: toolsvc.v1.ToolSource
+	(ConnectorType)(0),                // 2: toolsvc.v1.ConnectorType
+	(McpTransport)(0),                 // 3: toolsvc.v1.McpTransport
+	(ExportFormat)(0),                 // 4: toolsvc.v1.ExportFormat
+	(*Tool)(nil),                      // 5: toolsvc.v1.Tool
+	(*Connector)(nil),                 // 6: toolsvc.v1.Connector
+	(*ConfigValue)(nil),               // 7: toolsvc.v1.ConfigValue
+	(*SecretRef)(nil),                 // 8: toolsvc.v1.SecretRef
+	(*HttpAuth)(nil),                  // 9: toolsvc.v1.HttpAuth
+	(*BasicAuth)(nil),                 // 10: toolsvc.v1.BasicAuth
+	(*NamedSecret)(nil),               // 11: toolsvc.v1.NamedSecret
+	(*ConnectorAction)(nil),           // 12: toolsvc.v1.ConnectorAction
+	(*DiscoveredTool)(nil),            // 13: toolsvc.v1.DiscoveredTool
+	(*ToolAnnotations)(nil),           // 14: toolsvc.v1.ToolAnnotations
+	(*Action)(nil),                    // 15: toolsvc.v1.Action
+	(*ActionExample)(nil),             // 16: toolsvc.v1.ActionExample
+	(*Policy)(nil),                    // 17: toolsvc.v1.Policy
+	(*SequentialDependency)(nil),      // 18: toolsvc.v1.SequentialDependency
+	(*ReadBeforeWrite)(nil),           // 19: toolsvc.v1.ReadBeforeWrite
+	(*RegisterToolRequest)(nil),       // 20: toolsvc.v1.RegisterToolRequest
+	(*RegisterToolResponse)(nil),      // 21: toolsvc.v1.RegisterToolResponse
+	(*GetToolRequest)(nil),            // 22: toolsvc.v1.GetToolRequest
+	(*GetToolResponse)(nil),           // 23: toolsvc.v1.GetToolResponse
+	(*ListToolsRequest)(nil),          // 24: toolsvc.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),         // 25: toolsvc.v1.ListToolsResponse
+	(*DeregisterToolRequest)(nil),     // 26: toolsvc.v1.DeregisterToolRequest
+	(*DeregisterToolResponse)(nil),    // 27: toolsvc.v1.DeregisterToolResponse
+	(*SyncToolRequest)(nil),           // 28: toolsvc.v1.SyncToolRequest
+	(*SyncToolResponse)(nil),          // 29: toolsvc.v1.SyncToolResponse
+	(*Toolset)(nil),                   // 30: toolsvc.v1.Toolset
+	(*RegisterToolsetRequest)(nil),    // 31: toolsvc.v1.RegisterToolsetRequest
+	(*RegisterToolsetResponse)(nil),   // 32: toolsvc.v1.RegisterToolsetResponse
+	(*GetToolsetRequest)(nil),         // 33: toolsvc.v1.GetToolsetRequest
+	(*GetToolsetResponse)(nil),        // 34: toolsvc.v1.GetToolsetResponse
+	(*ListToolsetsRequest)(nil),       // 35: toolsvc.v1.ListToolsetsRequest
+	(*ListToolsetsResponse)(nil),      // 36: toolsvc.v1.ListToolsetsResponse
+	(*DeregisterToolsetRequest)(nil),  // 37: toolsvc.v1.DeregisterToolsetRequest
+	(*DeregisterToolsetResponse)(nil), // 38: toolsvc.v1.DeregisterToolsetResponse
+	(*ExportToolsRequest)(nil),        // 39: toolsvc.v1.ExportToolsRequest
+	(*ExportToolsResponse)(nil),       // 40: toolsvc.v1.ExportToolsResponse
+	(*ExportedTool)(nil),              // 41: toolsvc.v1.ExportedTool
+	(*ExportOmission)(nil),            // 42: toolsvc.v1.ExportOmission
+	nil,                               // 43: toolsvc.v1.Connector.EnvEntry
+	nil,                               // 44: toolsvc.v1.Connector.HeadersEntry
+	(RiskLevel)(0),                    // 45: toolsvc.v1.RiskLevel
+	(*durationpb.Duration)(nil),       // 46: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 47: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),           // 48: google.protobuf.Struct
+	(*structpb.Value)(nil),            // 49: google.protobuf.Value
 }
 var file_toolsvc_v1_registry_proto_depIdxs = []int32{
 	0,  // 0: toolsvc.v1.Tool.provider_type:type_name -> toolsvc.v1.ProviderType
-	31, // 1: toolsvc.v1.Tool.default_risk:type_name -> toolsvc.v1.RiskLevel
-	14, // 2: toolsvc.v1.Tool.actions:type_name -> toolsvc.v1.Action
-	32, // 3: toolsvc.v1.Tool.timeout:type_name -> google.protobuf.Duration
-	32, // 4: toolsvc.v1.Tool.approval_ttl:type_name -> google.protobuf.Duration
-	16, // 5: toolsvc.v1.Tool.policies:type_name -> toolsvc.v1.Policy
+	45, // 1: toolsvc.v1.Tool.default_risk:type_name -> toolsvc.v1.RiskLevel
+	15, // 2: toolsvc.v1.Tool.actions:type_name -> toolsvc.v1.Action
+	46, // 3: toolsvc.v1.Tool.timeout:type_name -> google.protobuf.Duration
+	46, // 4: toolsvc.v1.Tool.approval_ttl:type_name -> google.protobuf.Duration
+	17, // 5: toolsvc.v1.Tool.policies:type_name -> toolsvc.v1.Policy
 	1,  // 6: toolsvc.v1.Tool.source:type_name -> toolsvc.v1.ToolSource
-	33, // 7: toolsvc.v1.Tool.create_time:type_name -> google.protobuf.Timestamp
-	33, // 8: toolsvc.v1.Tool.update_time:type_name -> google.protobuf.Timestamp
-	5,  // 9: toolsvc.v1.Tool.connector:type_name -> toolsvc.v1.Connector
+	47, // 7: toolsvc.v1.Tool.create_time:type_name -> google.protobuf.Timestamp
+	47, // 8: toolsvc.v1.Tool.update_time:type_name -> google.protobuf.Timestamp
+	6,  // 9: toolsvc.v1.Tool.connector:type_name -> toolsvc.v1.Connector
 	2,  // 10: toolsvc.v1.Connector.type:type_name -> toolsvc.v1.ConnectorType
 	3,  // 11: toolsvc.v1.Connector.transport:type_name -> toolsvc.v1.McpTransport
-	29, // 12: toolsvc.v1.Connector.env:type_name -> toolsvc.v1.Connector.EnvEntry
-	30, // 13: toolsvc.v1.Connector.headers:type_name -> toolsvc.v1.Connector.HeadersEntry
-	32, // 14: toolsvc.v1.Connector.connect_timeout:type_name -> google.protobuf.Duration
-	8,  // 15: toolsvc.v1.Connector.auth:type_name -> toolsvc.v1.HttpAuth
-	11, // 16: toolsvc.v1.Connector.actions:type_name -> toolsvc.v1.ConnectorAction
-	12, // 17: toolsvc.v1.Connector.discovered:type_name -> toolsvc.v1.DiscoveredTool
-	7,  // 18: toolsvc.v1.HttpAuth.bearer:type_name -> toolsvc.v1.SecretRef
-	9,  // 19: toolsvc.v1.HttpAuth.basic:type_name -> toolsvc.v1.BasicAuth
-	10, // 20: toolsvc.v1.HttpAuth.header:type_name -> toolsvc.v1.NamedSecret
-	10, // 21: toolsvc.v1.HttpAuth.query:type_name -> toolsvc.v1.NamedSecret
-	6,  // 22: toolsvc.v1.BasicAuth.username:type_name -> toolsvc.v1.ConfigValue
-	7,  // 23: toolsvc.v1.BasicAuth.password:type_name -> toolsvc.v1.SecretRef
-	7,  // 24: toolsvc.v1.NamedSecret.value:type_name -> toolsvc.v1.SecretRef
-	34, // 25: toolsvc.v1.ConnectorAction.input_schema:type_name -> google.protobuf.Struct
-	34, // 26: toolsvc.v1.ConnectorAction.output_schema:type_name -> google.protobuf.Struct
-	31, // 27: toolsvc.v1.ConnectorAction.risk:type_name -> toolsvc.v1.RiskLevel
-	13, // 28: toolsvc.v1.DiscoveredTool.annotations:type_name -> toolsvc.v1.ToolAnnotations
-	34, // 29: toolsvc.v1.Action.input_schema:type_name -> google.protobuf.Struct
-	34, // 30: toolsvc.v1.Action.output_schema:type_name -> google.protobuf.Struct
-	31, // 31: toolsvc.v1.Action.risk:type_name -> toolsvc.v1.RiskLevel
-	15, // 32: toolsvc.v1.Action.examples:type_name -> toolsvc.v1.ActionExample
-	34, // 33: toolsvc.v1.ActionExample.input:type_name -> google.protobuf.Struct
-	35, // 34: toolsvc.v1.ActionExample.output:type_name -> google.protobuf.Value
-	17, // 35: toolsvc.v1.Policy.sequential_dependency:type_name -> toolsvc.v1.SequentialDependency
-	18, // 36: toolsvc.v1.Policy.read_before_write:type_name -> toolsvc.v1.ReadBeforeWrite
-	4,  // 37: toolsvc.v1.RegisterToolRequest.tool:type_name -> toolsvc.v1.Tool
-	4,  // 38: toolsvc.v1.RegisterToolResponse.tool:type_name -> toolsvc.v1.Tool
-	4,  // 39: toolsvc.v1.GetToolResponse.tool:type_name -> toolsvc.v1.Tool
-	4,  // 40: toolsvc.v1.ListToolsResponse.tools:type_name -> toolsvc.v1.Tool
-	4,  // 41: toolsvc.v1.DeregisterToolResponse.tool:type_name -> toolsvc.v1.Tool
-	4,  // 42: toolsvc.v1.SyncToolResponse.tool:type_name -> toolsvc.v1.Tool
-	6,  // 43: toolsvc.v1.Connector.EnvEntry.value:type_name -> toolsvc.v1.ConfigValue
-	6,  // 44: toolsvc.v1.Connector.HeadersEntry.value:type_name -> toolsvc.v1.ConfigValue
-	19, // 45: toolsvc.v1.RegistryService.RegisterTool:input_type -> toolsvc.v1.RegisterToolRequest
-	21, // 46: toolsvc.v1.RegistryService.GetTool:input_type -> toolsvc.v1.GetToolRequest
-	23, // 47: toolsvc.v1.RegistryService.ListTools:input_type -> toolsvc.v1.ListToolsRequest
-	25, // 48: toolsvc.v1.RegistryService.DeregisterTool:input_type -> toolsvc.v1.DeregisterToolRequest
-	27, // 49: toolsvc.v1.RegistryService.SyncTool:input_type -> toolsvc.v1.SyncToolRequest
-	20, // 50: toolsvc.v1.RegistryService.RegisterTool:output_type -> toolsvc.v1.RegisterToolResponse
-	22, // 51: toolsvc.v1.RegistryService.GetTool:output_type -> toolsvc.v1.GetToolResponse
-	24, // 52: toolsvc.v1.RegistryService.ListTools:output_type -> toolsvc.v1.ListToolsResponse
-	26, // 53: toolsvc.v1.RegistryService.DeregisterTool:output_type -> toolsvc.v1.DeregisterToolResponse
-	28, // 54: toolsvc.v1.RegistryService.SyncTool:output_type -> toolsvc.v1.SyncToolResponse
-	50, // [50:55] is the sub-list for method output_type
-	45, // [45:50] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	43, // 12: toolsvc.v1.Connector.env:type_name -> toolsvc.v1.Connector.EnvEntry
+	44, // 13: toolsvc.v1.Connector.headers:type_name -> toolsvc.v1.Connector.HeadersEntry
+	46, // 14: toolsvc.v1.Connector.connect_timeout:type_name -> google.protobuf.Duration
+	9,  // 15: toolsvc.v1.Connector.auth:type_name -> toolsvc.v1.HttpAuth
+	12, // 16: toolsvc.v1.Connector.actions:type_name -> toolsvc.v1.ConnectorAction
+	13, // 17: toolsvc.v1.Connector.discovered:type_name -> toolsvc.v1.DiscoveredTool
+	8,  // 18: toolsvc.v1.HttpAuth.bearer:type_name -> toolsvc.v1.SecretRef
+	10, // 19: toolsvc.v1.HttpAuth.basic:type_name -> toolsvc.v1.BasicAuth
+	11, // 20: toolsvc.v1.HttpAuth.header:type_name -> toolsvc.v1.NamedSecret
+	11, // 21: toolsvc.v1.HttpAuth.query:type_name -> toolsvc.v1.NamedSecret
+	7,  // 22: toolsvc.v1.BasicAuth.username:type_name -> toolsvc.v1.ConfigValue
+	8,  // 23: toolsvc.v1.BasicAuth.password:type_name -> toolsvc.v1.SecretRef
+	8,  // 24: toolsvc.v1.NamedSecret.value:type_name -> toolsvc.v1.SecretRef
+	48, // 25: toolsvc.v1.ConnectorAction.input_schema:type_name -> google.protobuf.Struct
+	48, // 26: toolsvc.v1.ConnectorAction.output_schema:type_name -> google.protobuf.Struct
+	45, // 27: toolsvc.v1.ConnectorAction.risk:type_name -> toolsvc.v1.RiskLevel
+	14, // 28: toolsvc.v1.DiscoveredTool.annotations:type_name -> toolsvc.v1.ToolAnnotations
+	48, // 29: toolsvc.v1.Action.input_schema:type_name -> google.protobuf.Struct
+	48, // 30: toolsvc.v1.Action.output_schema:type_name -> google.protobuf.Struct
+	45, // 31: toolsvc.v1.Action.risk:type_name -> toolsvc.v1.RiskLevel
+	16, // 32: toolsvc.v1.Action.examples:type_name -> toolsvc.v1.ActionExample
+	48, // 33: toolsvc.v1.ActionExample.input:type_name -> google.protobuf.Struct
+	49, // 34: toolsvc.v1.ActionExample.output:type_name -> google.protobuf.Value
+	18, // 35: toolsvc.v1.Policy.sequential_dependency:type_name -> toolsvc.v1.SequentialDependency
+	19, // 36: toolsvc.v1.Policy.read_before_write:type_name -> toolsvc.v1.ReadBeforeWrite
+	5,  // 37: toolsvc.v1.RegisterToolRequest.tool:type_name -> toolsvc.v1.Tool
+	5,  // 38: toolsvc.v1.RegisterToolResponse.tool:type_name -> toolsvc.v1.Tool
+	5,  // 39: toolsvc.v1.GetToolResponse.tool:type_name -> toolsvc.v1.Tool
+	5,  // 40: toolsvc.v1.ListToolsResponse.tools:type_name -> toolsvc.v1.Tool
+	5,  // 41: toolsvc.v1.DeregisterToolResponse.tool:type_name -> toolsvc.v1.Tool
+	5,  // 42: toolsvc.v1.SyncToolResponse.tool:type_name -> toolsvc.v1.Tool
+	1,  // 43: toolsvc.v1.Toolset.source:type_name -> toolsvc.v1.ToolSource
+	47, // 44: toolsvc.v1.Toolset.create_time:type_name -> google.protobuf.Timestamp
+	47, // 45: toolsvc.v1.Toolset.update_time:type_name -> google.protobuf.Timestamp
+	30, // 46: toolsvc.v1.RegisterToolsetRequest.toolset:type_name -> toolsvc.v1.Toolset
+	30, // 47: toolsvc.v1.RegisterToolsetResponse.toolset:type_name -> toolsvc.v1.Toolset
+	30, // 48: toolsvc.v1.GetToolsetResponse.toolset:type_name -> toolsvc.v1.Toolset
+	30, // 49: toolsvc.v1.ListToolsetsResponse.toolsets:type_name -> toolsvc.v1.Toolset
+	30, // 50: toolsvc.v1.DeregisterToolsetResponse.toolset:type_name -> toolsvc.v1.Toolset
+	4,  // 51: toolsvc.v1.ExportToolsRequest.format:type_name -> toolsvc.v1.ExportFormat
+	41, // 52: toolsvc.v1.ExportToolsResponse.tools:type_name -> toolsvc.v1.ExportedTool
+	42, // 53: toolsvc.v1.ExportToolsResponse.omitted:type_name -> toolsvc.v1.ExportOmission
+	7,  // 54: toolsvc.v1.Connector.EnvEntry.value:type_name -> toolsvc.v1.ConfigValue
+	7,  // 55: toolsvc.v1.Connector.HeadersEntry.value:type_name -> toolsvc.v1.ConfigValue
+	20, // 56: toolsvc.v1.RegistryService.RegisterTool:input_type -> toolsvc.v1.RegisterToolRequest
+	22, // 57: toolsvc.v1.RegistryService.GetTool:input_type -> toolsvc.v1.GetToolRequest
+	24, // 58: toolsvc.v1.RegistryService.ListTools:input_type -> toolsvc.v1.ListToolsRequest
+	26, // 59: toolsvc.v1.RegistryService.DeregisterTool:input_type -> toolsvc.v1.DeregisterToolRequest
+	28, // 60: toolsvc.v1.RegistryService.SyncTool:input_type -> toolsvc.v1.SyncToolRequest
+	31, // 61: toolsvc.v1.RegistryService.RegisterToolset:input_type -> toolsvc.v1.RegisterToolsetRequest
+	33, // 62: toolsvc.v1.RegistryService.GetToolset:input_type -> toolsvc.v1.GetToolsetRequest
+	35, // 63: toolsvc.v1.RegistryService.ListToolsets:input_type -> toolsvc.v1.ListToolsetsRequest
+	37, // 64: toolsvc.v1.RegistryService.DeregisterToolset:input_type -> toolsvc.v1.DeregisterToolsetRequest
+	39, // 65: toolsvc.v1.RegistryService.ExportTools:input_type -> toolsvc.v1.ExportToolsRequest
+	21, // 66: toolsvc.v1.RegistryService.RegisterTool:output_type -> toolsvc.v1.RegisterToolResponse
+	23, // 67: toolsvc.v1.RegistryService.GetTool:output_type -> toolsvc.v1.GetToolResponse
+	25, // 68: toolsvc.v1.RegistryService.ListTools:output_type -> toolsvc.v1.ListToolsResponse
+	27, // 69: toolsvc.v1.RegistryService.DeregisterTool:output_type -> toolsvc.v1.DeregisterToolResponse
+	29, // 70: toolsvc.v1.RegistryService.SyncTool:output_type -> toolsvc.v1.SyncToolResponse
+	32, // 71: toolsvc.v1.RegistryService.RegisterToolset:output_type -> toolsvc.v1.RegisterToolsetResponse
+	34, // 72: toolsvc.v1.RegistryService.GetToolset:output_type -> toolsvc.v1.GetToolsetResponse
+	36, // 73: toolsvc.v1.RegistryService.ListToolsets:output_type -> toolsvc.v1.ListToolsetsResponse
+	38, // 74: toolsvc.v1.RegistryService.DeregisterToolset:output_type -> toolsvc.v1.DeregisterToolsetResponse
+	40, // 75: toolsvc.v1.RegistryService.ExportTools:output_type -> toolsvc.v1.ExportToolsResponse
+	66, // [66:76] is the sub-list for method output_type
+	56, // [56:66] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_toolsvc_v1_registry_proto_init() }
@@ -2565,8 +3638,8 @@ func file_toolsvc_v1_registry_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_toolsvc_v1_registry_proto_rawDesc), len(file_toolsvc_v1_registry_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   27,
+			NumEnums:      5,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,11 +19,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RegistryService_RegisterTool_FullMethodName   = "/toolsvc.v1.RegistryService/RegisterTool"
-	RegistryService_GetTool_FullMethodName        = "/toolsvc.v1.RegistryService/GetTool"
-	RegistryService_ListTools_FullMethodName      = "/toolsvc.v1.RegistryService/ListTools"
-	RegistryService_DeregisterTool_FullMethodName = "/toolsvc.v1.RegistryService/DeregisterTool"
-	RegistryService_SyncTool_FullMethodName       = "/toolsvc.v1.RegistryService/SyncTool"
+	RegistryService_RegisterTool_FullMethodName      = "/toolsvc.v1.RegistryService/RegisterTool"
+	RegistryService_GetTool_FullMethodName           = "/toolsvc.v1.RegistryService/GetTool"
+	RegistryService_ListTools_FullMethodName         = "/toolsvc.v1.RegistryService/ListTools"
+	RegistryService_DeregisterTool_FullMethodName    = "/toolsvc.v1.RegistryService/DeregisterTool"
+	RegistryService_SyncTool_FullMethodName          = "/toolsvc.v1.RegistryService/SyncTool"
+	RegistryService_RegisterToolset_FullMethodName   = "/toolsvc.v1.RegistryService/RegisterToolset"
+	RegistryService_GetToolset_FullMethodName        = "/toolsvc.v1.RegistryService/GetToolset"
+	RegistryService_ListToolsets_FullMethodName      = "/toolsvc.v1.RegistryService/ListToolsets"
+	RegistryService_DeregisterToolset_FullMethodName = "/toolsvc.v1.RegistryService/DeregisterToolset"
+	RegistryService_ExportTools_FullMethodName       = "/toolsvc.v1.RegistryService/ExportTools"
 )
 
 // RegistryServiceClient is the client API for RegistryService service.
@@ -63,6 +68,29 @@ type RegistryServiceClient interface {
 	// NOT_A_CONNECTOR; a server that cannot be reached UNAVAILABLE
 	// CONNECTOR_UNAVAILABLE.
 	SyncTool(ctx context.Context, in *SyncToolRequest, opts ...grpc.CallOption) (*SyncToolResponse, error)
+	// RegisterToolset creates a toolset or replaces its definition. Every tool
+	// (and action) it names must be registered, else the request is refused
+	// with INVALID_ARGUMENT naming the toolset and the tool. Each change bumps
+	// the toolset's version and writes a toolset.registered or
+	// toolset.updated audit event in the same transaction.
+	RegisterToolset(ctx context.Context, in *RegisterToolsetRequest, opts ...grpc.CallOption) (*RegisterToolsetResponse, error)
+	// GetToolset returns one toolset. Agents see a toolset only while it is
+	// enabled and names at least one tool they may call, and see only those
+	// tools of it; operators see every toolset whole.
+	GetToolset(ctx context.Context, in *GetToolsetRequest, opts ...grpc.CallOption) (*GetToolsetResponse, error)
+	// ListToolsets returns the toolsets the caller may see (as GetToolset),
+	// ordered by name, a page at a time.
+	ListToolsets(ctx context.Context, in *ListToolsetsRequest, opts ...grpc.CallOption) (*ListToolsetsResponse, error)
+	// DeregisterToolset removes a toolset and writes a toolset.deregistered
+	// audit event. Its tools are untouched.
+	DeregisterToolset(ctx context.Context, in *DeregisterToolsetRequest, opts ...grpc.CallOption) (*DeregisterToolsetResponse, error)
+	// ExportTools returns the definitions of the tools the caller may call,
+	// one per (tool, action), in a model provider's format (OpenAI chat,
+	// OpenAI responses, Anthropic, MCP), with the guidance of their toolsets
+	// as Markdown. Identical state gives identical bytes on every replica.
+	// The names are the exported names ExecuteTool accepts in `tool` (with
+	// `action` empty). See docs/exports.md.
+	ExportTools(ctx context.Context, in *ExportToolsRequest, opts ...grpc.CallOption) (*ExportToolsResponse, error)
 }
 
 type registryServiceClient struct {
@@ -123,6 +151,56 @@ func (c *registryServiceClient) SyncTool(ctx context.Context, in *SyncToolReques
 	return out, nil
 }
 
+func (c *registryServiceClient) RegisterToolset(ctx context.Context, in *RegisterToolsetRequest, opts ...grpc.CallOption) (*RegisterToolsetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RegisterToolsetResponse)
+	err := c.cc.Invoke(ctx, RegistryService_RegisterToolset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *registryServiceClient) GetToolset(ctx context.Context, in *GetToolsetRequest, opts ...grpc.CallOption) (*GetToolsetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetToolsetResponse)
+	err := c.cc.Invoke(ctx, RegistryService_GetToolset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *registryServiceClient) ListToolsets(ctx context.Context, in *ListToolsetsRequest, opts ...grpc.CallOption) (*ListToolsetsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListToolsetsResponse)
+	err := c.cc.Invoke(ctx, RegistryService_ListToolsets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *registryServiceClient) DeregisterToolset(ctx context.Context, in *DeregisterToolsetRequest, opts ...grpc.CallOption) (*DeregisterToolsetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeregisterToolsetResponse)
+	err := c.cc.Invoke(ctx, RegistryService_DeregisterToolset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *registryServiceClient) ExportTools(ctx context.Context, in *ExportToolsRequest, opts ...grpc.CallOption) (*ExportToolsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExportToolsResponse)
+	err := c.cc.Invoke(ctx, RegistryService_ExportTools_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RegistryServiceServer is the server API for RegistryService service.
 // All implementations must embed UnimplementedRegistryServiceServer
 // for forward compatibility.
@@ -160,6 +238,29 @@ type RegistryServiceServer interface {
 	// NOT_A_CONNECTOR; a server that cannot be reached UNAVAILABLE
 	// CONNECTOR_UNAVAILABLE.
 	SyncTool(context.Context, *SyncToolRequest) (*SyncToolResponse, error)
+	// RegisterToolset creates a toolset or replaces its definition. Every tool
+	// (and action) it names must be registered, else the request is refused
+	// with INVALID_ARGUMENT naming the toolset and the tool. Each change bumps
+	// the toolset's version and writes a toolset.registered or
+	// toolset.updated audit event in the same transaction.
+	RegisterToolset(context.Context, *RegisterToolsetRequest) (*RegisterToolsetResponse, error)
+	// GetToolset returns one toolset. Agents see a toolset only while it is
+	// enabled and names at least one tool they may call, and see only those
+	// tools of it; operators see every toolset whole.
+	GetToolset(context.Context, *GetToolsetRequest) (*GetToolsetResponse, error)
+	// ListToolsets returns the toolsets the caller may see (as GetToolset),
+	// ordered by name, a page at a time.
+	ListToolsets(context.Context, *ListToolsetsRequest) (*ListToolsetsResponse, error)
+	// DeregisterToolset removes a toolset and writes a toolset.deregistered
+	// audit event. Its tools are untouched.
+	DeregisterToolset(context.Context, *DeregisterToolsetRequest) (*DeregisterToolsetResponse, error)
+	// ExportTools returns the definitions of the tools the caller may call,
+	// one per (tool, action), in a model provider's format (OpenAI chat,
+	// OpenAI responses, Anthropic, MCP), with the guidance of their toolsets
+	// as Markdown. Identical state gives identical bytes on every replica.
+	// The names are the exported names ExecuteTool accepts in `tool` (with
+	// `action` empty). See docs/exports.md.
+	ExportTools(context.Context, *ExportToolsRequest) (*ExportToolsResponse, error)
 	mustEmbedUnimplementedRegistryServiceServer()
 }
 
@@ -184,6 +285,21 @@ func (UnimplementedRegistryServiceServer) DeregisterTool(context.Context, *Dereg
 }
 func (UnimplementedRegistryServiceServer) SyncTool(context.Context, *SyncToolRequest) (*SyncToolResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SyncTool not implemented")
+}
+func (UnimplementedRegistryServiceServer) RegisterToolset(context.Context, *RegisterToolsetRequest) (*RegisterToolsetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RegisterToolset not implemented")
+}
+func (UnimplementedRegistryServiceServer) GetToolset(context.Context, *GetToolsetRequest) (*GetToolsetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetToolset not implemented")
+}
+func (UnimplementedRegistryServiceServer) ListToolsets(context.Context, *ListToolsetsRequest) (*ListToolsetsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListToolsets not implemented")
+}
+func (UnimplementedRegistryServiceServer) DeregisterToolset(context.Context, *DeregisterToolsetRequest) (*DeregisterToolsetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeregisterToolset not implemented")
+}
+func (UnimplementedRegistryServiceServer) ExportTools(context.Context, *ExportToolsRequest) (*ExportToolsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExportTools not implemented")
 }
 func (UnimplementedRegistryServiceServer) mustEmbedUnimplementedRegistryServiceServer() {}
 func (UnimplementedRegistryServiceServer) testEmbeddedByValue()                         {}
@@ -296,6 +412,96 @@ func _RegistryService_SyncTool_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RegistryService_RegisterToolset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterToolsetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).RegisterToolset(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_RegisterToolset_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).RegisterToolset(ctx, req.(*RegisterToolsetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RegistryService_GetToolset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetToolsetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).GetToolset(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_GetToolset_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).GetToolset(ctx, req.(*GetToolsetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RegistryService_ListToolsets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListToolsetsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).ListToolsets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_ListToolsets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).ListToolsets(ctx, req.(*ListToolsetsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RegistryService_DeregisterToolset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeregisterToolsetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).DeregisterToolset(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_DeregisterToolset_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).DeregisterToolset(ctx, req.(*DeregisterToolsetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RegistryService_ExportTools_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExportToolsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServiceServer).ExportTools(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RegistryService_ExportTools_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServiceServer).ExportTools(ctx, req.(*ExportToolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RegistryService_ServiceDesc is the grpc.ServiceDesc for RegistryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -322,6 +528,26 @@ var RegistryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SyncTool",
 			Handler:    _RegistryService_SyncTool_Handler,
+		},
+		{
+			MethodName: "RegisterToolset",
+			Handler:    _RegistryService_RegisterToolset_Handler,
+		},
+		{
+			MethodName: "GetToolset",
+			Handler:    _RegistryService_GetToolset_Handler,
+		},
+		{
+			MethodName: "ListToolsets",
+			Handler:    _RegistryService_ListToolsets_Handler,
+		},
+		{
+			MethodName: "DeregisterToolset",
+			Handler:    _RegistryService_DeregisterToolset_Handler,
+		},
+		{
+			MethodName: "ExportTools",
+			Handler:    _RegistryService_ExportTools_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

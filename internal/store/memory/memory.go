@@ -82,6 +82,7 @@ func WithEvictableCallEvents(types ...string) Option {
 // state is everything the store holds. It is only touched with Store.mu held.
 type state struct {
 	tools     map[string]*store.Tool
+	toolsets  map[string]*store.Toolset
 	health    map[string]*store.ToolHealth
 	calls     map[string]*callRec
 	callKeys  map[callKey]*callRec
@@ -149,6 +150,7 @@ func New(opts ...Option) *Store {
 	s := &Store{
 		st: state{
 			tools:            make(map[string]*store.Tool),
+			toolsets:         make(map[string]*store.Toolset),
 			health:           make(map[string]*store.ToolHealth),
 			calls:            make(map[string]*callRec),
 			callKeys:         make(map[callKey]*callRec),

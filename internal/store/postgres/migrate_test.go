@@ -14,7 +14,7 @@ import (
 )
 
 // schemaTables are the tables migration 0001 creates.
-var schemaTables = []string{"approvals", "audit_events", "calls", "previews", "task_history", "tool_health", "tools"}
+var schemaTables = []string{"approvals", "audit_events", "calls", "previews", "task_history", "tool_health", "tools", "toolsets"}
 
 func tablesOf(t *testing.T, pool *pgxpool.Pool) []string {
 	t.Helper()

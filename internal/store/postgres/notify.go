@@ -42,7 +42,7 @@ const (
 )
 
 // allTopics are the topics an empty-key resync covers.
-var allTopics = []store.Topic{store.TopicTools, store.TopicApprovals, store.TopicHealth}
+var allTopics = []store.Topic{store.TopicTools, store.TopicApprovals, store.TopicHealth, store.TopicToolsets}
 
 // Subscribe implements store.Notifier. The first call starts the Store's
 // listening connection and waits until it listens, so that every change
@@ -238,7 +238,7 @@ func (l *listener) dispatch(payload string) {
 		return
 	}
 	switch t := store.Topic(topic); t {
-	case store.TopicTools, store.TopicApprovals, store.TopicHealth:
+	case store.TopicTools, store.TopicApprovals, store.TopicHealth, store.TopicToolsets:
 		l.publish(store.Notification{Topic: t, Key: key})
 	}
 }

@@ -150,14 +150,14 @@ func TestListenerResyncsAfterConnectionLoss(t *testing.T) {
 
 	got := map[store.Topic]bool{}
 	deadline := time.Now().Add(10 * time.Second)
-	for len(got) < 3 {
+	for len(got) < 4 {
 		n := next(t, ch, time.Until(deadline))
 		if n.Key != "" {
 			t.Fatalf("got %+v before the resync", n)
 		}
 		got[n.Topic] = true
 	}
-	for _, topic := range []store.Topic{store.TopicTools, store.TopicApprovals, store.TopicHealth} {
+	for _, topic := range []store.Topic{store.TopicTools, store.TopicApprovals, store.TopicHealth, store.TopicToolsets} {
 		if !got[topic] {
 			t.Fatalf("no resync of %s: %v", topic, got)
 		}

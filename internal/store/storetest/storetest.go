@@ -34,6 +34,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		tests []test
 	}{
 		{"Tools", toolTests()},
+		{"Toolsets", toolsetTests()},
 		{"Health", healthTests()},
 		{"Calls", callTests()},
 		{"ParkLimits", parkLimitTests()},

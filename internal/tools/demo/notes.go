@@ -57,6 +57,8 @@ func (*Notes) Definition() toolkit.Definition {
 		RequiredScopes: []string{"notes"},
 		DefaultRisk:    toolkit.RiskLow,
 		AuditPayloads:  true,
+		Guidance: "Notes are addressed by absolute paths such as /todo.md. List or read before you write: " +
+			"replacing or deleting a note you have not read in this task is refused.",
 		Policies: []toolkit.Policy{{ReadBeforeWrite: &toolkit.ReadBeforeWrite{
 			ReadActions:   []string{"read"},
 			WriteActions:  []string{"write", "delete"},
@@ -95,9 +97,11 @@ func (*Notes) Definition() toolkit.Definition {
 				},
 			},
 			{
-				Name:             "write",
-				Description:      "Create a note, or replace the content of an existing one (read it first). Content is at most 65536 characters.",
-				Risk:             toolkit.RiskHigh,
+				Name:        "write",
+				Description: "Create a note, or replace the content of an existing one (read it first). Content is at most 65536 characters.",
+				Risk:        toolkit.RiskHigh,
+				Guidance: "Send the whole new content: a write replaces the note. A write may need a person's approval; " +
+					"if so, wait for it and call again with the same idempotency key and arguments.",
 				ResourceArgument: "path",
 				InputSchema: toolkit.JSON(`{
 					"type": "object",

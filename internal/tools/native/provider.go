@@ -165,6 +165,7 @@ func toStoreTool(connectorID string, d toolkit.Definition, t toolkit.Tool) *stor
 		ApprovalTTL:     d.ApprovalTTL,
 		Policies:        clonePolicies(d.Policies),
 		AuditPayloads:   d.AuditPayloads,
+		Guidance:        d.Guidance,
 		Source:          store.SourceBuiltin,
 	}
 }
