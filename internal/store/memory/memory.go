@@ -106,6 +106,10 @@ type state struct {
 	extraHistory map[string][]histRef
 
 	maxCalls, maxAudit int
+
+	// The notification outbox, its deliveries and console sessions
+	// (outbox.go).
+	ob outboxState
 }
 
 // New returns an empty store, bounded by DefaultMaxCalls and
