@@ -22,6 +22,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/gate"
 	"github.com/toolsvc/toolsvc/internal/health"
 	"github.com/toolsvc/toolsvc/internal/idempotency"
+	"github.com/toolsvc/toolsvc/internal/notify"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/server"
 	"github.com/toolsvc/toolsvc/internal/store/memory"
@@ -99,6 +100,10 @@ type Config struct {
 	Metrics MetricsConfig `mapstructure:"metrics"`
 	// Memory bounds the in-memory store (used without database_url).
 	Memory MemoryConfig `mapstructure:"memory"`
+	// Console configures the approvers' web console.
+	Console ConsoleConfig `mapstructure:"console"`
+	// Notifications configures webhooks and Slack messages about approvals.
+	Notifications notify.Config `mapstructure:"notifications"`
 }
 
 // MemoryConfig bounds what the in-memory store keeps, so that a long-running
@@ -195,6 +200,8 @@ func Default() *Config {
 		Health:          health.DefaultConfig(),
 		Idempotency:     idempotency.DefaultConfig(),
 		Memory:          MemoryConfig{MaxCalls: memory.DefaultMaxCalls, MaxAuditEvents: memory.DefaultMaxAuditEvents},
+		Console:         ConsoleConfig{SessionTTL: DefaultSessionTTL},
+		Notifications:   notify.DefaultConfig(),
 	}
 }
 
@@ -340,6 +347,8 @@ func (c *Config) Validate() error {
 	if c.Memory.MaxAuditEvents < 0 {
 		p.add("memory.max_audit_events", "must not be negative (0: no bound), not %d", c.Memory.MaxAuditEvents)
 	}
+	c.validateConsole(&p)
+	p.addErr("notifications", c.Notifications.Validate())
 	if c.Metrics.Listen != "" {
 		if _, port, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
 			p.add("metrics.listen", "want host:port (e.g. 127.0.0.1:9464 or :9464), got %q", c.Metrics.Listen)
