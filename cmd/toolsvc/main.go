@@ -93,6 +93,7 @@ flags, in increasing precedence.`,
 		newCallsCommand(lookupEnv),
 		newToolsCommand(lookupEnv),
 		newApprovalsCommand(lookupEnv),
+		newNotificationsCommand(lookupEnv),
 		newHealthCommand(lookupEnv),
 		newAuditCommand(lookupEnv),
 	)
