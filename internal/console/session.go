@@ -222,11 +222,9 @@ func (c *Console) home(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, landing, http.StatusSeeOther)
 }
 
+// signinPage shows the sign-in form, also to someone signed in (who may
+// sign in as someone else: the current session then ends).
 func (c *Console) signinPage(w http.ResponseWriter, r *http.Request) {
-	if _, err := c.current(r); err == nil {
-		http.Redirect(w, r, safeNext(r.URL.Query().Get("next")), http.StatusSeeOther)
-		return
-	}
 	c.renderSignin(w, r, http.StatusOK, "")
 }
 
