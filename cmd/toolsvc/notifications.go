@@ -18,7 +18,6 @@ dead letters whose every attempt failed (docs/notifications.md).`,
 		Args: noArgs,
 		RunE: showHelp,
 	}
-	cf := addClientFlags(cmd)
 	var state, endpoint, approval string
 	var quiet bool
 	list := &cobra.Command{
@@ -28,6 +27,7 @@ dead letters whose every attempt failed (docs/notifications.md).`,
   toolsvc notifications list --approval 01a20810-d85d-7188-844a-0e88d44288c2 -o json`,
 		Args: noArgs,
 	}
+	cf := addClientFlags(list)
 	limit := addLimitFlag(list)
 	list.Flags().StringVar(&state, "state", "", "only deliveries in this state: pending, delivered or dead")
 	list.Flags().StringVar(&endpoint, "endpoint", "", "only deliveries to this endpoint (its id)")
@@ -65,7 +65,7 @@ dead letters whose every attempt failed (docs/notifications.md).`,
 				}
 				return nil
 			}
-			tw := newTable(c.stdout, "ID!", "STATE", "TYPE", "ATTEMPTS", "CREATED", "ENDPOINT", "LAST ERROR")
+			tw := newTable(c.stdout, "ID!", "STATE!", "TYPE!", "ATTEMPTS", "CREATED", "ENDPOINT", "LAST ERROR")
 			for _, d := range ds {
 				tw.row(d.GetDeliveryId(), enumName(d.GetState()), d.GetType(), fmt.Sprint(d.GetAttempts()),
 					shortDay(d.GetCreateTime()), d.GetEndpoint(), orDash(d.GetLastError()))
@@ -73,6 +73,6 @@ dead letters whose every attempt failed (docs/notifications.md).`,
 			return tw.flush()
 		})
 	}
-	cmd.AddCommand(list)
+	cmd.AddCommand(list, newReceiveCommand())
 	return cmd
 }
