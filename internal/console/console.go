@@ -145,7 +145,12 @@ const maxForm = 64 << 10
 // Run publishes approval changes to live pages and deletes expired
 // sessions until ctx ends.
 func (c *Console) Run(ctx context.Context) {
-	go c.hub.run(ctx, c.o.Store, c.log)
+	hubDone := make(chan struct{})
+	go func() {
+		defer close(hubDone)
+		c.hub.run(ctx, c.o.Store, c.log)
+	}()
+	defer func() { <-hubDone }()
 	t := time.NewTicker(10 * time.Minute)
 	defer t.Stop()
 	for {
