@@ -599,3 +599,34 @@ func TestConfigValidation(t *testing.T) {
 		t.Errorf("defaults: %v", err)
 	}
 }
+
+func TestExpiredApprovalIsNotified(t *testing.T) {
+	backends(t, func(t *testing.T, st store.Store, _ func() store.Store) {
+		rc := newReceiver(t)
+		cfg := testConfig(rc.srv.URL)
+		cfg.Webhooks[0].Events = []string{notify.EventExpired}
+		start(t, st, cfg, mapSecrets{"notifications/signing": signingSecret})
+		a := park(t, st, "k1")
+		now := a.ExpiresAt.Add(time.Second)
+		if _, err := st.ExpireApprovals(context.Background(), store.ExpireParams{Now: now, ExpiresAt: now.Add(time.Hour), Limit: 10,
+			EventsFor: func(ap *store.Approval) []store.AuditEvent {
+				return []store.AuditEvent{audit.NewDetail(audit.ApprovalExpired, store.AuditEvent{ID: "exp-" + ap.ID, Time: now, CallID: ap.CallID,
+					Principal: ap.Requester, Tool: ap.Tool, Action: ap.Action}, map[string]any{"approval_id": ap.ID, "was": "PENDING"})}
+			}}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "approval.expired", func() bool { return len(rc.acked()) == 1 })
+		var msg notify.Message
+		if err := json.Unmarshal(rc.requests()[0].body, &msg); err != nil {
+			t.Fatal(err)
+		}
+		if msg.Type != notify.EventExpired || msg.Data.State != "EXPIRED" || msg.Data.ApprovalID != a.ID ||
+			msg.Data.Requester != "agent-1" || !msg.Data.ExpireTime.Equal(a.ExpiresAt) || msg.Data.Reasons.Autonomy != "SUPERVISED" {
+			t.Fatalf("message %+v", msg)
+		}
+		// Only approval.expired was wanted: the pending one made no delivery.
+		if ds := deliveries(t, st, store.ListDeliveriesParams{}); len(ds) != 1 {
+			t.Fatalf("%d deliveries, want 1", len(ds))
+		}
+	})
+}
