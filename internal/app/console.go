@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -130,7 +131,8 @@ func (a *App) serveConsole(ctx context.Context) (stop func(), err error) {
 		MaxHeaderBytes:    64 << 10,
 		// Live pages' streams end when the console stops.
 		BaseContext: func(net.Listener) context.Context { return runCtx },
-		ErrorLog:    nil,
+		// Handshake failures and the like: the log's, at debug level.
+		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
 	}
 	if a.consoleTLS != nil {
 		srv.TLSConfig = a.consoleTLS.Clone()
