@@ -1,6 +1,8 @@
 package e2e_test
 
 import (
+	"bufio"
+	"context"
 	"crypto/tls"
 	"io"
 	"net/http"
@@ -11,7 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/app"
+	"github.com/toolsvc/toolsvc/internal/app/apptest"
 	"github.com/toolsvc/toolsvc/internal/auth/pkitest"
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/store"
@@ -397,4 +403,83 @@ func TestConsoleRendersHostileTextAsText(t *testing.T) {
 			t.Fatalf("the hostile comment is not shown as text:\n%s", p.body)
 		}
 	})
+}
+
+// A call parked through one replica reaches the live page of another: the
+// console's event stream is fed by the store's notifications, which cross
+// replicas on Postgres.
+func TestConsoleLiveAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	cfgA := apptest.Config(t, apptest.Postgres)
+	cfgA.Console.Listen = "127.0.0.1:0"
+	cfgB := *cfgA
+	cfgB.Console.Listen = ""
+	a := apptest.Serve(t, cfgA, app.Options{})
+	connB, _ := apptest.Start(t, &cfgB, app.Options{})
+
+	jar, _ := cookiejar.New(nil)
+	web := &http.Client{Jar: jar}
+	base := "http://" + a.ConsoleAddr().String()
+	resp, err := web.Get(base + "/signin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp, err = web.PostForm(base+"/signin", url.Values{"signin_token": {match(t, signinTokenRE, string(page))}, "principal": {"alice"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/events", nil)
+	stream, err := web.Do(req)
+	if err != nil || stream.StatusCode != http.StatusOK || stream.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("event stream: %v %v", stream, err)
+	}
+	defer stream.Body.Close()
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(stream.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	waitLine := func(want string) {
+		t.Helper()
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("the stream ended before %q", want)
+				}
+				if l == want {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("no %q on the stream", want)
+			}
+		}
+	}
+	waitLine("retry: 3000")
+
+	args, _ := structpb.NewStruct(map[string]any{"path": "/x.md", "content": "x"})
+	parked, err := toolsvcv1.NewToolExecutionServiceClient(connB).ExecuteTool(apptest.As(ctx, "agent-1"), &toolsvcv1.ExecuteToolRequest{
+		Tool: "notes", Action: "write", Arguments: args, Context: &toolsvcv1.CallContext{IdempotencyKey: "live-1"}})
+	if err != nil || parked.Outcome != approvalRequired {
+		t.Fatalf("park on B: %v %v", parked, err)
+	}
+	waitLine("data: " + parked.GetApproval().GetApprovalId())
+	resp, err = web.Get(base + "/approvals?state=pending&partial=list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(list), parked.GetApproval().GetApprovalId()) {
+		t.Fatalf("A's pending list lacks B's call:\n%s", list)
+	}
 }
