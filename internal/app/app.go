@@ -5,6 +5,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/connector"
+	"github.com/toolsvc/toolsvc/internal/console"
 	"github.com/toolsvc/toolsvc/internal/executor"
 	"github.com/toolsvc/toolsvc/internal/gate"
 	"github.com/toolsvc/toolsvc/internal/health"
@@ -75,6 +77,9 @@ type Options struct {
 	// Telemetry, if set, is used instead of what the OTEL_* environment
 	// variables and metrics.listen ask for (tests). The App shuts it down.
 	Telemetry *telemetry.Telemetry
+	// NotificationTransport sends webhooks and Slack messages; nil means
+	// http.DefaultTransport.
+	NotificationTransport http.RoundTripper
 }
 
 // App is a wired toolsvc: store, registry, health, executor, reaper and server.
@@ -102,6 +107,15 @@ type App struct {
 	problems chan connectorProblem
 	// problemsDone is closed when the goroutine recording them has ended.
 	problemsDone chan struct{}
+	// notified is closed when the notification dispatcher has stopped.
+	notified chan struct{}
+	// console is the approvers' console (nil without console.listen), its
+	// TLS (nil: plaintext), listener and public base URL.
+	console     *console.Console
+	consoleTLS  *tls.Config
+	consoleLis  net.Listener
+	consoleBase string
+	nowFn       func() time.Time
 
 	// stop ends the background work started by New (the registry's cache
 	// refresh); it outlives New's context on purpose.
@@ -126,7 +140,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	a := &App{cfg: cfg, log: log}
+	a := &App{cfg: cfg, log: log, nowFn: opts.Now}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	a.stop = stop
 	defer func() {
@@ -249,8 +263,15 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 		reaper.Run(runCtx)
 	}()
 
+	if err := a.startNotifications(runCtx, secretStore, opts); err != nil {
+		return nil, err
+	}
+
 	access, err := newAccess(cfg, opts.Now)
 	if err != nil {
+		return nil, err
+	}
+	if err := a.newConsole(access); err != nil {
 		return nil, err
 	}
 	limits := cfg.Server
@@ -375,6 +396,9 @@ func (a *App) Listen() (net.Listener, error) {
 	if err := a.listenMetrics(); err != nil {
 		return nil, err
 	}
+	if err := a.listenConsole(); err != nil {
+		return nil, err
+	}
 	lis, err := net.Listen("tcp", a.cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
@@ -419,6 +443,12 @@ func (a *App) Serve(ctx context.Context, lis net.Listener) error {
 		return err
 	}
 	defer stopMetrics()
+	stopConsole, err := a.serveConsole(ctx)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	defer stopConsole()
 	a.log.Info("toolsvc serving",
 		"listen", lis.Addr().String(), "store", a.cfg.StoreKind(), "tools", n,
 		"demo_tools", a.cfg.DemoToolsEnabled(), "tracing", a.tel.Tracing(), "metrics", a.tel.Metering())
@@ -477,6 +507,9 @@ func (a *App) Close() {
 		if a.problemsDone != nil {
 			<-a.problemsDone
 		}
+		if a.notified != nil {
+			<-a.notified
+		}
 		if a.conns != nil {
 			a.conns.Close()
 		}
@@ -484,6 +517,7 @@ func (a *App) Close() {
 			a.store.Close()
 		}
 		a.closeMetricsListener()
+		a.closeConsoleListener()
 		// Last: the spans and metrics of everything above are flushed.
 		if err := a.tel.Shutdown(context.Background()); err != nil {
 			a.log.Warn("telemetry not flushed", "error", err.Error())

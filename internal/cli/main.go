@@ -91,6 +91,7 @@ flags, in increasing precedence.`,
 		newToolsCommand(lookupEnv),
 		newToolsetsCommand(lookupEnv),
 		newApprovalsCommand(lookupEnv),
+		newNotificationsCommand(lookupEnv),
 		newHealthCommand(lookupEnv),
 		newAuditCommand(lookupEnv),
 	)

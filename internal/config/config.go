@@ -23,6 +23,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/gate"
 	"github.com/toolsvc/toolsvc/internal/health"
 	"github.com/toolsvc/toolsvc/internal/idempotency"
+	"github.com/toolsvc/toolsvc/internal/notify"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/server"
 	"github.com/toolsvc/toolsvc/internal/store/memory"
@@ -116,6 +117,10 @@ type Config struct {
 	Memory MemoryConfig `mapstructure:"memory"`
 	// Nested bounds the calls native tools make as steps of theirs.
 	Nested NestedConfig `mapstructure:"nested"`
+	// Console configures the approvers' web console.
+	Console ConsoleConfig `mapstructure:"console"`
+	// Notifications configures webhooks and Slack messages about approvals.
+	Notifications notify.Config `mapstructure:"notifications"`
 }
 
 // NestedConfig bounds nested calls: the steps a native tool's call runs
@@ -336,6 +341,8 @@ func Default() *Config {
 		Memory:          MemoryConfig{MaxCalls: memory.DefaultMaxCalls, MaxAuditEvents: memory.DefaultMaxAuditEvents},
 		Nested:          NestedConfig{MaxDepth: DefaultNestedMaxDepth},
 		Metrics:         MetricsConfig{MaxConnections: DefaultMetricsMaxConnections},
+		Console:         ConsoleConfig{SessionTTL: DefaultSessionTTL},
+		Notifications:   notify.DefaultConfig(),
 	}
 }
 
@@ -500,6 +507,8 @@ func (c *Config) Validate() error {
 	if c.Metrics.MaxConnections < 1 {
 		p.add("metrics.max_connections", "must be positive, not %d", c.Metrics.MaxConnections)
 	}
+	c.validateConsole(&p)
+	p.addErr("notifications", c.Notifications.Validate())
 	if c.Metrics.Listen != "" {
 		if _, port, err := net.SplitHostPort(c.Metrics.Listen); err != nil {
 			p.add("metrics.listen", "want host:port (e.g. 127.0.0.1:9464 or :9464), got %q", c.Metrics.Listen)

@@ -34,6 +34,7 @@ const (
 	FlagShutdownTimeout = "shutdown-timeout"
 	FlagShutdownGrace   = "shutdown-grace"
 	FlagMetricsListen   = "metrics-listen"
+	FlagConsoleListen   = "console-listen"
 )
 
 // flagKeys maps flags to the keys they set.
@@ -49,6 +50,7 @@ var flagKeys = map[string]string{
 	FlagShutdownTimeout: "shutdown_timeout",
 	FlagShutdownGrace:   "shutdown_grace",
 	FlagMetricsListen:   "metrics.listen",
+	FlagConsoleListen:   "console.listen",
 }
 
 // RegisterFlags defines the flags of the common keys on fs. Their defaults
@@ -68,6 +70,7 @@ func RegisterFlags(fs *pflag.FlagSet) {
 	fs.Duration(FlagShutdownTimeout, d.ShutdownTimeout, "how long in-flight calls may finish after SIGINT/SIGTERM")
 	fs.Duration(FlagShutdownGrace, d.ShutdownGrace, "after the shutdown timeout, how long the answers of aborted calls have to reach their callers")
 	fs.String(FlagMetricsListen, "", "operations port: Prometheus GET /metrics and grpc.health.v1 for probes, at this host:port (off when empty)")
+	fs.String(FlagConsoleListen, "", "approvers' web console at this host:port (off when empty); loopback only while authentication is off")
 }
 
 // DatabaseURLFlag defines only --database-url on fs (for commands that need

@@ -42,6 +42,8 @@ func (e *Executor) parkForApproval(ctx context.Context, c *call, extra ...any) (
 	rec.ApprovalID = ap.ID
 	detail := withAdjusters(c, map[string]any{
 		"approval_id": ap.ID, "expire_time": ap.ExpiresAt, "escalated_from_preview": c.escalated,
+		// With the risk, the cell of the gate matrix that asked for a person.
+		"autonomy": c.autonomy.String(),
 	})
 	for i := 0; i+1 < len(extra); i += 2 {
 		detail[fmt.Sprint(extra[i])] = extra[i+1]

@@ -45,6 +45,8 @@ func methodRoles() map[string][]auth.Role {
 		toolsvcv1.ApprovalService_WatchApprovals_FullMethodName:  {agent, approver, operator},
 
 		toolsvcv1.AuditService_ListAuditEvents_FullMethodName: {agent, approver, operator},
+
+		toolsvcv1.NotificationService_ListDeliveries_FullMethodName: {approver, operator},
 	}
 }
 

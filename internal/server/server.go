@@ -226,6 +226,7 @@ func New(o Options) (*Server, error) {
 	toolsvcv1.RegisterApprovalServiceServer(s.grpc, &approvalServer{ex: o.Executor, st: o.Store, streams: s.streams, pageBytes: approvalPage})
 	toolsvcv1.RegisterToolHealthServiceServer(s.grpc, &healthServer{tracker: o.Health, streams: s.streams})
 	toolsvcv1.RegisterAuditServiceServer(s.grpc, &auditServer{st: o.Store, pageBytes: pageBytes})
+	toolsvcv1.RegisterNotificationServiceServer(s.grpc, &notificationServer{st: o.Store})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	return s, nil

@@ -12,8 +12,9 @@
 //     store serves one process, whose clock is the caller's: there a lease
 //     runs from the time the caller gives with it (ClaimCall, StartParkedCall,
 //     RenewCallLease), and ReapExpiredLeases compares with its Now.
-//   - Each method is atomic: its record changes, audit events, task history
-//     and notifications commit together or not at all.
+//   - Each method is atomic: its record changes, audit events, task history,
+//     notifications and outbox events (NotifiedEventTypes) commit together
+//     or not at all.
 //   - Audit events, wherever they are passed in, need an ID that is
 //     non-empty (else ErrInvalid) and unique, in the trail and within the
 //     batch (else ErrConflict). A refused event fails the whole method:
@@ -116,6 +117,8 @@ type Store interface {
 	AuditStore
 	TaskHistoryStore
 	Notifier
+	OutboxStore
+	SessionStore
 	// Ping reports whether the store is reachable (ErrUnavailable if not).
 	Ping(ctx context.Context) error
 	// Close releases the store's resources.

@@ -50,6 +50,9 @@ var storeOps = []string{
 	"GetPreview",
 	"AppendAuditEvents", "ListAuditEvents", "DeleteAuditEventsBefore",
 	"ListTaskHistory",
+	"ListOutbox", "ExpandOutbox", "ClaimDeliveries", "FinishDelivery", "ListDeliveries", "CountDeliveries",
+	"DeleteFinishedDeliveries",
+	"CreateSession", "GetSession", "DeleteSession", "DeleteExpiredSessions",
 	"Ping",
 }
 

@@ -37,6 +37,9 @@ func (st *state) appendEvents(events []*store.AuditEvent) {
 		st.audit = append(st.audit, r)
 		st.auditIDs[r.id()] = struct{}{}
 		st.auditTimes.push(r.time, r.seq)
+		if store.Notified(e.Type) {
+			st.ob.queue(r.event())
+		}
 		if e.CallID != "" {
 			st.markEvent(e.CallID, e.Type, st.seq)
 		}

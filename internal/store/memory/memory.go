@@ -142,6 +142,10 @@ type state struct {
 	// eviction starts after it. A call that leaves those states with an
 	// event at or before it resets it to 0.
 	pinSeq int64
+
+	// The notification outbox, its deliveries and console sessions
+	// (outbox.go).
+	ob outboxState
 }
 
 // New returns an empty store, bounded by DefaultMaxCalls and

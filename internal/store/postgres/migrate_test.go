@@ -13,8 +13,9 @@ import (
 	"github.com/toolsvc/toolsvc/internal/store/postgres/pgtest"
 )
 
-// schemaTables are the tables migration 0001 creates.
-var schemaTables = []string{"approvals", "audit_events", "calls", "previews", "task_history", "tool_health", "tools", "toolsets"}
+// schemaTables are the tables the migrations create.
+var schemaTables = []string{"approvals", "audit_events", "calls", "console_sessions", "notification_deliveries",
+	"notification_outbox", "previews", "task_history", "tool_health", "tools", "toolsets"}
 
 func tablesOf(t *testing.T, pool *pgxpool.Pool) []string {
 	t.Helper()

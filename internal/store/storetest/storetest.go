@@ -44,6 +44,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RefusedEvents", refusedEventTests()},
 		{"TaskHistory", historyTests()},
 		{"Notifications", notificationTests()},
+		{"Outbox", outboxTests()},
+		{"Sessions", sessionTests()},
 		{"Limits", limitTests()},
 		{"Lifecycle", lifecycleTests()},
 		{"Nested", nestedTests()},
