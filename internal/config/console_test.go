@@ -22,7 +22,7 @@ func TestConsoleValidation(t *testing.T) {
 			c.Principals = []config.PrincipalConfig{{ID: "a", Roles: []string{"approver"}, TokenSHA256: strings.Repeat("a", 64)}}
 		}, "console.listen"},
 		"behind an https proxy": {func(c *config.Config) {
-			c.Auth.Enabled, c.Console.Listen, c.Console.PublicURL = true, "0.0.0.0:8080", "https://toolsvc.example.com"
+			c.Auth.Enabled, c.Store, c.Console.Listen, c.Console.PublicURL = true, config.StoreMemory, "0.0.0.0:8080", "https://toolsvc.example.com"
 			c.Principals = []config.PrincipalConfig{{ID: "a", Roles: []string{"approver"}, TokenSHA256: strings.Repeat("a", 64)}}
 		}, ""},
 		"bad port":           {func(c *config.Config) { c.Console.Listen = "127.0.0.1:x" }, "console.listen"},

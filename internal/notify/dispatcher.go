@@ -131,7 +131,7 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	if err != nil {
 		d.log.Warn("notifications: no change notifications; polling only", "error", err.Error())
 	}
-	tick := time.NewTicker(d.cfg.PollInterval)
+	tick := time.NewTicker(d.pollInterval())
 	defer tick.Stop()
 	lastSweep := time.Time{}
 	for {
@@ -154,6 +154,20 @@ func (d *Dispatcher) Run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// idlePoll is how often a dispatcher with no endpoints looks at the outbox
+// on its own: it has no retries to find, only notifications nobody is to be
+// sent, which the approval notifications already wake it for; the poll
+// only drains what a missed notification left behind.
+const idlePoll = time.Minute
+
+// pollInterval is how often Run looks for due work without being woken.
+func (d *Dispatcher) pollInterval() time.Duration {
+	if len(d.ids) == 0 {
+		return max(d.cfg.PollInterval, idlePoll)
+	}
+	return d.cfg.PollInterval
 }
 
 // Round expands the outbox and starts the attempts that are due (up to the
