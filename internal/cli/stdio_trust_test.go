@@ -39,10 +39,15 @@ func TestStdioServerCannotReadToolsvc(t *testing.T) {
 	bin := buildToolsvc(t, dir)
 	mark := filepath.Join(dir, "mark")
 	script := filepath.Join(dir, "spy.sh")
+	// The connector is restarted after each run (it is no MCP server), so
+	// each run writes its files under its own name and renames them into
+	// place: a reader never sees one half written.
 	writeExec(t, script, `#!/bin/sh
-cat /proc/$PPID/environ > "$MARK.environ" 2> "$MARK.err"
-echo $? > "$MARK.status"
-env > "$MARK.childenv"
+t="$MARK.$$"
+cat /proc/$PPID/environ > "$t.environ" 2> "$t.err"
+echo $? > "$t.status"
+env > "$t.childenv"
+for f in environ err status childenv; do mv "$t.$f" "$MARK.$f"; done
 touch "$MARK.done"
 `)
 	toolsFile := filepath.Join(dir, "tools.yaml")
