@@ -38,6 +38,8 @@ type server struct {
 	pool *pgxpool.Pool
 	// args are the echo arguments every call sends.
 	args *structpb.Struct
+	// app is the App served.
+	app *app.App
 	// run and seq make idempotency keys unique across runs on one server.
 	run string
 	seq atomic.Uint64
@@ -78,6 +80,7 @@ func serve(tb testing.TB, cfg *config.Config, opts app.Options) *server {
 		args:   args,
 		run:    randomHex(4),
 	}
+	s.app = a
 	if pg, ok := a.Store().(*postgres.Store); ok {
 		s.pool = pg.Pool()
 	}

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"time"
+
+	"github.com/toolsvc/toolsvc/internal/config"
 )
 
 // Subjects, in the order the table lists them.
@@ -87,12 +90,34 @@ func setup(ctx context.Context, o *options, run string) (_ *env, _ []subject, er
 		return newKey, replay, nil
 	}
 
+	var (
+		mcpHC    *http.Client
+		mcpTweak func(*config.Config)
+		tweaks   []func(*config.Config)
+		upURL    string
+	)
+	if !o.noMCP {
+		up, hc, tweak, err := mcpSetup(e, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		mcpHC, mcpTweak, upURL = hc, tweak, up.url
+		tweaks = append(tweaks, mcpTweak)
+	}
+	frontDoor := func(name string, s *toolsvcServer) (subject, error) {
+		u, err := s.frontDoorURL()
+		if err != nil {
+			return subject{}, err
+		}
+		return mcpSubject(e, name, u, mcpExported, mcpHC), nil
+	}
+
 	floor, err := startFloor()
 	if err != nil {
 		return nil, nil, fmt.Errorf("bare gRPC server: %w", err)
 	}
 	e.onClose(func() error { floor.stop(); return nil })
-	mem, err := startToolsvc(ctx, "")
+	mem, err := startToolsvc(ctx, "", tweaks...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -116,6 +141,13 @@ func setup(ctx context.Context, o *options, run string) (_ *env, _ []subject, er
 		return nil, nil, err
 	}
 	subjects = append(subjects, mn, mr)
+	if !o.noMCP {
+		fm, err := frontDoor(subjMCPMemory, mem)
+		if err != nil {
+			return nil, nil, err
+		}
+		subjects = append(subjects, mcpSubject(e, subjMCPDirect, upURL, mcpToolName, mcpHC), fm)
+	}
 	if o.noPostgres {
 		return e, subjects, nil
 	}
@@ -126,7 +158,7 @@ func setup(ctx context.Context, o *options, run string) (_ *env, _ []subject, er
 	}
 	e.database = db.name
 	e.onClose(db.drop)
-	pg, err := startToolsvc(ctx, db.url)
+	pg, err := startToolsvc(ctx, db.url, tweaks...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -136,6 +168,13 @@ func setup(ctx context.Context, o *options, run string) (_ *env, _ []subject, er
 		return nil, nil, err
 	}
 	subjects = append(subjects, pn, pr)
+	if !o.noMCP {
+		fp, err := frontDoor(subjMCPPostgres, pg)
+		if err != nil {
+			return nil, nil, err
+		}
+		subjects = append(subjects, fp)
+	}
 
 	maxCallers := 0
 	for _, c := range o.callers {

@@ -57,6 +57,7 @@ type options struct {
 	conns       int
 	databaseURL string
 	noPostgres  bool
+	noMCP       bool
 	insertConns int
 	json        bool
 	tool        string
@@ -109,6 +110,12 @@ then the throughput ratios (median over repetitions, min–max):
   postgres/new ÷ insert     ExecuteTool echo, fresh key, Postgres ÷ a
                             single-row INSERT in autocommit through the
                             command's own connections
+  mcp/memory ÷ mcp/direct   an MCP server's tool called through toolsvc's
+                            MCP front door (the server as a connector,
+                            memory store) ÷ the same tool called directly
+
+and the latency toolsvc adds to the MCP tool call (p50 through the front
+door less p50 direct, memory store and Postgres).
 
 The Postgres subjects run in a fresh database (toolsvc_bench_<random>),
 migrated by toolsvc and dropped at the end. Server logs are discarded and
@@ -133,6 +140,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.conns, "conns", 1, "gRPC client connections per subject, callers spread over them round robin\n(raised to callers/250 rounded up: toolsvc allows 250 concurrent streams per connection)")
 	fs.StringVar(&o.databaseURL, "database-url", defaultDatabaseURL, "Postgres to create the benchmark database in (a postgres:// URL)")
 	fs.BoolVar(&o.noPostgres, "no-postgres", false, "skip the Postgres subjects and the INSERT floor")
+	fs.BoolVar(&o.noMCP, "no-mcp", false, "skip the MCP subjects (an MCP server direct and behind the front door)")
 	fs.IntVar(&o.insertConns, "insert-conns", 64, "most connections the INSERT floor opens (one per caller up to this;\nbeyond it callers share them); bounded by the server's max_connections")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON instead of tables")
 	fs.StringVar(&o.tool, "tool", "echo", "tool the ExecuteTool subjects call (with {\"message\": …})")

@@ -39,12 +39,16 @@ func runJSON[T any](t *testing.T, args ...string) (code int, rep T, stderr strin
 // repetition, that no call failed, that the ratios are there, and that the
 // benchmark's database is gone afterwards.
 func TestEveryCell(t *testing.T) {
-	args := []string{"--callers", "1,3", "--reps", "2", "--duration", "150ms", "--warmup", "30ms"}
-	subjects := []string{subjGRPC, subjHealth, subjMemoryNew, subjMemoryReplay}
-	ratios := []string{"memory/new ÷ grpc"}
+	// Cells long enough for the MCP subjects (each call crosses the MCP SDK
+	// twice) to finish calls on a loaded machine.
+	args := []string{"--callers", "1,3", "--reps", "2", "--duration", "300ms", "--warmup", "100ms"}
+	subjects := []string{subjGRPC, subjHealth, subjMemoryNew, subjMemoryReplay, subjMCPDirect, subjMCPMemory}
+	ratios := []string{"memory/new ÷ grpc", "mcp/memory ÷ mcp/direct"}
+	added := []string{"mcp/memory − mcp/direct"}
 	if withPostgres() {
-		subjects = append(subjects, subjPostgresNew, subjPostgresReplay, subjInsert)
+		subjects = append(subjects, subjPostgresNew, subjPostgresReplay, subjMCPPostgres, subjInsert)
 		ratios = append(ratios, "postgres/replay ÷ health", "postgres/new ÷ insert")
+		added = append(added, "mcp/postgres − mcp/direct")
 	} else {
 		args = append(args, "--no-postgres")
 	}
@@ -110,6 +114,20 @@ func TestEveryCell(t *testing.T) {
 			}
 		}
 	}
+	// The latency toolsvc adds to an MCP tool call, per repetition.
+	for _, name := range added {
+		for _, n := range []int{1, 3} {
+			found := false
+			for _, a := range rep.Added {
+				if a.Added == name && a.Callers == n {
+					found = len(a.PerRep) == 2
+				}
+			}
+			if !found {
+				t.Errorf("no added latency %s at %d callers over 2 repetitions: %+v", name, n, rep.Added)
+			}
+		}
+	}
 	if withPostgres() {
 		if rep.Settings.Database == "" || rep.Settings.InsertConns != 3 {
 			t.Errorf("settings %+v: want the database named and 3 INSERT connections", rep.Settings)
@@ -134,13 +152,13 @@ func TestEveryCell(t *testing.T) {
 // count, and the ratio row.
 func TestTextReport(t *testing.T) {
 	var out, errb bytes.Buffer
-	code := run(context.Background(), []string{"--callers", "2", "--reps", "1", "--duration", "100ms",
-		"--warmup", "0s", "--no-postgres"}, &out, &errb)
+	code := run(context.Background(), []string{"--callers", "2", "--reps", "1", "--duration", "400ms",
+		"--warmup", "100ms", "--no-postgres"}, &out, &errb)
 	if code != exitOK {
 		t.Fatalf("exit %d, stderr:\n%s", code, errb.String())
 	}
 	got := out.String()
-	for _, s := range []string{subjGRPC, subjHealth, subjMemoryNew, subjMemoryReplay} {
+	for _, s := range []string{subjGRPC, subjHealth, subjMemoryNew, subjMemoryReplay, subjMCPDirect, subjMCPMemory} {
 		found := false
 		for _, line := range strings.Split(got, "\n") {
 			f := strings.Fields(line)
@@ -152,8 +170,10 @@ func TestTextReport(t *testing.T) {
 			t.Errorf("no row for %s at 2 callers with calls and no failure:\n%s", s, got)
 		}
 	}
-	if !strings.Contains(got, "memory/new ÷ grpc") {
-		t.Errorf("no ratio row:\n%s", got)
+	for _, row := range []string{"memory/new ÷ grpc", "mcp/memory ÷ mcp/direct", "mcp/memory − mcp/direct"} {
+		if !strings.Contains(got, row) {
+			t.Errorf("no %s row:\n%s", row, got)
+		}
 	}
 }
 

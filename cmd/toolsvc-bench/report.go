@@ -20,6 +20,7 @@ var ratioDefs = []ratioDef{
 	{"memory/new ÷ grpc", subjMemoryNew, subjGRPC, "≥ 0.75"},
 	{"postgres/replay ÷ health", subjPostgresReplay, subjHealth, "≥ 0.5"},
 	{"postgres/new ÷ insert", subjPostgresNew, subjInsert, "≥ 0.35 at 32"},
+	{"mcp/memory ÷ mcp/direct", subjMCPMemory, subjMCPDirect, "≥ 0.5 at 32"},
 }
 
 // report is what a run prints.
@@ -31,6 +32,7 @@ type report struct {
 	Settings   settings   `json:"settings"`
 	Summary    []summary  `json:"summary"`
 	Ratios     []ratioRow `json:"ratios"`
+	Added      []addedRow `json:"added_latency,omitempty"`
 	Cells      []cell     `json:"cells"`
 	Failed     uint64     `json:"failed"`
 	subjects   []string
@@ -146,6 +148,7 @@ func newReport(o *options, e *env, started time.Time, subjects []subject, cells 
 			r.Ratios = append(r.Ratios, row)
 		}
 	}
+	r.Added = addedLatencies(o, cells)
 	return r
 }
 
@@ -222,6 +225,45 @@ func (r *report) writeText(w io.Writer) {
 			fmt.Fprintf(w, "%-26s%s  %s\n", d.name, strings.Join(cols, ""), d.target)
 		}
 	}
+	writeAdded(w, r, st)
+}
+
+// writeAdded prints the latencies toolsvc adds to an MCP tool call.
+func writeAdded(w io.Writer, r *report, st settings) {
+	if len(r.Added) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "%-26s", "added p50 (median)")
+	for _, n := range st.Callers {
+		fmt.Fprintf(w, " %18s", fmt.Sprintf("%d callers", n))
+	}
+	fmt.Fprintf(w, "  %s\n", "target")
+	for _, d := range addedDefs {
+		var cols []string
+		found := false
+		for _, n := range st.Callers {
+			col := "—"
+			for _, row := range r.Added {
+				if row.Added == d.name && row.Callers == n {
+					found = true
+					col = fmtSignedMicros(row.Median)
+				}
+			}
+			cols = append(cols, fmt.Sprintf(" %18s", col))
+		}
+		if found {
+			fmt.Fprintf(w, "%-26s%s  %s\n", d.name, strings.Join(cols, ""), d.target)
+		}
+	}
+}
+
+// fmtSignedMicros is fmtMicros for a difference, which may be negative.
+func fmtSignedMicros(us float64) string {
+	if us < 0 {
+		return "-" + fmtMicros(-us)
+	}
+	return fmtMicros(us)
 }
 
 // fmtMicros formats a duration given in microseconds.

@@ -111,21 +111,26 @@ func (f *floorServer) stop() {
 
 // toolsvcServer is a toolsvc App served on a loopback port in this process.
 type toolsvcServer struct {
-	addr   string
-	cancel context.CancelFunc
-	served chan error
+	addr string
+	// mcpAddr is the MCP front door's address, "" without one.
+	mcpAddr string
+	cancel  context.CancelFunc
+	served  chan error
 }
 
 // startToolsvc builds an App on the memory store (databaseURL empty) or on
 // Postgres (migrating it), with the demo tools on and logs discarded, serves
 // it and waits until its health check says SERVING.
-func startToolsvc(ctx context.Context, databaseURL string) (*toolsvcServer, error) {
+func startToolsvc(ctx context.Context, databaseURL string, tweaks ...func(*config.Config)) (*toolsvcServer, error) {
 	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
 	on := true
 	cfg.DemoTools = &on
 	cfg.DatabaseURL = databaseURL
 	cfg.Migrate = databaseURL != ""
+	for _, t := range tweaks {
+		t(cfg)
+	}
 	// The App's background work outlives ctx (an interrupt); stop ends it.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a, err := app.New(sctx, cfg, app.Options{})
@@ -140,6 +145,9 @@ func startToolsvc(ctx context.Context, databaseURL string) (*toolsvcServer, erro
 		return nil, err
 	}
 	s := &toolsvcServer{addr: lis.Addr().String(), cancel: cancel, served: make(chan error, 1)}
+	if m := a.MCPAddr(); m != nil {
+		s.mcpAddr = m.String()
+	}
 	go func() { s.served <- a.Serve(sctx, lis) }()
 	if err := s.waitServing(ctx); err != nil {
 		s.stop()

@@ -26,6 +26,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/gate"
 	"github.com/toolsvc/toolsvc/internal/health"
 	"github.com/toolsvc/toolsvc/internal/idempotency"
+	"github.com/toolsvc/toolsvc/internal/mcpserver"
 	"github.com/toolsvc/toolsvc/internal/policy"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/secrets"
@@ -96,6 +97,12 @@ type App struct {
 	tel *telemetry.Telemetry
 	// metricsLis is the Prometheus endpoint's listener, once opened.
 	metricsLis net.Listener
+	// front is the MCP front door (nil without mcp.listen); mcpLis its
+	// listener, once opened.
+	front  *mcpserver.Server
+	mcpLis net.Listener
+	// now is the clock (Options.Now, or time.Now).
+	now func() time.Time
 	// reaped is closed when the reaper has stopped.
 	reaped chan struct{}
 	// fileTools and fileToolsets are the tools file's definitions, as read
@@ -140,7 +147,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	a := &App{cfg: cfg, log: log, nowFn: opts.Now}
+	a := &App{cfg: cfg, log: log, nowFn: opts.Now, now: opts.Now}
+	if a.now == nil {
+		a.now = time.Now
+	}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	a.stop = stop
 	defer func() {
@@ -300,6 +310,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 	if err != nil {
 		return nil, err
 	}
+	if err := a.newFrontDoor(access, opts.Version); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -399,6 +412,9 @@ func (a *App) Listen() (net.Listener, error) {
 	if err := a.listenConsole(); err != nil {
 		return nil, err
 	}
+	if err := a.listenMCP(); err != nil {
+		return nil, err
+	}
 	lis, err := net.Listen("tcp", a.cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
@@ -449,13 +465,28 @@ func (a *App) Serve(ctx context.Context, lis net.Listener) error {
 		return err
 	}
 	defer stopConsole()
+	mcpCtx, stopMCP := context.WithCancel(ctx)
+	defer stopMCP()
+	mcpDone, err := a.serveMCP(mcpCtx)
+	if err != nil {
+		lis.Close()
+		return err
+	}
 	a.log.Info("toolsvc serving",
 		"listen", lis.Addr().String(), "store", a.cfg.StoreKind(), "tools", n,
 		"demo_tools", a.cfg.DemoToolsEnabled(), "tracing", a.tel.Tracing(), "metrics", a.tel.Metering())
 	a.logAccess()
 	err = a.server.Serve(ctx, lis)
-	// The gRPC server has stopped; Close (deferred) waits for outcomes
-	// still being recorded before it closes the store.
+	// The gRPC server has stopped; so does the MCP front door (draining its
+	// requests); then Close (deferred) waits for outcomes still being
+	// recorded before it closes the store.
+	stopMCP()
+	if mcpErr := <-mcpDone; mcpErr != nil {
+		a.log.Error("MCP front door stopped", "error", mcpErr.Error())
+		if err == nil {
+			err = mcpErr
+		}
+	}
 	a.log.Info("toolsvc stopped")
 	return err
 }
@@ -518,6 +549,7 @@ func (a *App) Close() {
 		}
 		a.closeMetricsListener()
 		a.closeConsoleListener()
+		a.closeMCPListener()
 		// Last: the spans and metrics of everything above are flushed.
 		if err := a.tel.Shutdown(context.Background()); err != nil {
 			a.log.Warn("telemetry not flushed", "error", err.Error())

@@ -126,6 +126,15 @@ func (a *accessFlags) transport(addr string) (credentials.TransportCredentials, 
 	if !a.usesTLS() {
 		return insecure.NewCredentials(), nil
 	}
+	tc, err := a.tlsConfig(addr)
+	if err != nil {
+		return nil, err
+	}
+	return credentials.NewTLS(tc), nil
+}
+
+// tlsConfig is the TLS configuration of a connection to addr (host:port).
+func (a *accessFlags) tlsConfig(addr string) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: a.serverName}
 	if a.caFile != "" {
 		b, err := os.ReadFile(a.caFile)
@@ -154,7 +163,7 @@ func (a *accessFlags) transport(addr string) (credentials.TransportCredentials, 
 			tc.ServerName = host
 		}
 	}
-	return credentials.NewTLS(tc), nil
+	return tc, nil
 }
 
 // withToken returns ctx sending token as the authorization metadata.

@@ -94,6 +94,7 @@ flags, in increasing precedence.`,
 		newNotificationsCommand(lookupEnv),
 		newHealthCommand(lookupEnv),
 		newAuditCommand(lookupEnv),
+		newMCPCommand(lookupEnv),
 	)
 	return root
 }

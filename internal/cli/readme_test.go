@@ -26,10 +26,9 @@ type readmeStep struct {
 	output   []string
 }
 
-// readmeSteps reads the blocks between <!-- readme-test --> and
-// <!-- /readme-test --> in the README (every such part, in order: they run
-// as one session).
-func readmeSteps(t *testing.T) []readmeStep {
+// readmeSteps reads the blocks between <!-- NAME --> and <!-- /NAME -->
+// in the README (every such part, in order: they run as one session).
+func readmeSteps(t *testing.T, name string) []readmeStep {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
@@ -37,19 +36,19 @@ func readmeSteps(t *testing.T) []readmeStep {
 	}
 	var tested strings.Builder
 	for rest := string(b); ; {
-		start := strings.Index(rest, "<!-- readme-test -->")
+		start := strings.Index(rest, "<!-- "+name+" -->")
 		if start < 0 {
 			break
 		}
-		end := strings.Index(rest[start:], "<!-- /readme-test -->")
+		end := strings.Index(rest[start:], "<!-- /"+name+" -->")
 		if end < 0 {
-			t.Fatal("README.md: a <!-- readme-test --> part does not end")
+			t.Fatalf("README.md: a <!-- %s --> part does not end", name)
 		}
 		tested.WriteString(rest[start : start+end])
 		rest = rest[start+end:]
 	}
 	if tested.Len() == 0 {
-		t.Fatal("README.md has no <!-- readme-test --> part")
+		t.Fatalf("README.md has no <!-- %s --> part", name)
 	}
 	var steps []readmeStep
 	sc := bufio.NewScanner(strings.NewReader(tested.String()))
@@ -105,10 +104,50 @@ func TestReadme(t *testing.T) {
 	})
 	waitServing(t, addr)
 
+	runReadme(t, dir, "readme-test", checkedLine, 5, "TOOLSVC_ADDR="+addr)
+}
+
+// mcpCheckedLine matches the lines of the README's MCP part a run must
+// reproduce: outcomes, the tools listed, the text of the results.
+var mcpCheckedLine = regexp.MustCompile(`^(Outcome:|NAME |echo |notes__write |  echo: hello|  created /mcp\\.md)`)
+
+// TestReadmeMCP runs the README's MCP front door part as a new user would:
+// a fresh build serving with --mcp-listen, toolsvc mcp listing the demo
+// tools and calling echo, and a parked notes.write approved with the CLI
+// while the call is held, whose result arrives in the same request.
+func TestReadmeMCP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds toolsvc and runs a server")
+	}
+	dir := t.TempDir()
+	bin := buildToolsvc(t, dir)
+	addr, mcpAddr := freeAddr(t), freeAddr(t)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	serve := exec.CommandContext(ctx, bin, "serve", "--listen", addr, "--mcp-listen", mcpAddr)
+	serve.Env = append(os.Environ(), "TOOLSVC_LOG_LEVEL=warn")
+	serve.Stderr = os.Stderr
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = serve.Wait()
+	})
+	waitServing(t, addr)
+
+	runReadme(t, dir, "readme-mcp-test", mcpCheckedLine, 2, "TOOLSVC_ADDR="+addr, "TOOLSVC_MCP_URL=http://"+mcpAddr+"/mcp")
+}
+
+// runReadme runs the commands of the README's parts name in one shell in
+// dir, with env added: every command must exit as the README says and
+// print the lines of its output block that checked matches.
+func runReadme(t *testing.T, dir, name string, checked *regexp.Regexp, minSteps int, env ...string) {
+	t.Helper()
 	// One shell runs every command, so that variables set by one reach the
 	// next; a marker after each command carries its exit status.
-	steps := readmeSteps(t)
-	if len(steps) < 5 {
+	steps := readmeSteps(t, name)
+	if len(steps) < minSteps {
 		t.Fatalf("README: %d tested steps", len(steps))
 	}
 	var script strings.Builder
@@ -128,7 +167,7 @@ func TestReadme(t *testing.T) {
 	}
 	sh := exec.Command("bash", "-c", script.String())
 	sh.Dir = dir
-	sh.Env = append(os.Environ(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"), "TOOLSVC_ADDR="+addr)
+	sh.Env = append(append(os.Environ(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH")), env...)
 	out, err := sh.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the README's commands: %v\n%s", err, out)
@@ -158,7 +197,7 @@ func TestReadme(t *testing.T) {
 			}
 		}
 		for _, want := range s.output {
-			if checkedLine.MatchString(want) && !strings.Contains(got[i].String(), want+"\n") {
+			if checked.MatchString(want) && !strings.Contains(got[i].String(), want+"\n") {
 				t.Errorf("README step %d: output lacks %q; it printed:\n%s", i, want, got[i].String())
 			}
 		}

@@ -15,7 +15,7 @@ import (
 func newServeCommand(stderr io.Writer, lookupEnv env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Run the gRPC server",
+		Short: "Run the gRPC server (and the MCP front door with --mcp-listen)",
 		Long: `Run the gRPC server until SIGINT or SIGTERM, then drain in-flight calls
 (bounded by shutdown_timeout) and stop.
 

@@ -115,6 +115,8 @@ type Config struct {
 	Metrics MetricsConfig `mapstructure:"metrics"`
 	// Memory bounds the in-memory store (used without database_url).
 	Memory MemoryConfig `mapstructure:"memory"`
+	// MCP configures the MCP front door.
+	MCP MCPConfig `mapstructure:"mcp"`
 	// Nested bounds the calls native tools make as steps of theirs.
 	Nested NestedConfig `mapstructure:"nested"`
 	// Console configures the approvers' web console.
@@ -339,6 +341,7 @@ func Default() *Config {
 		Health:          health.DefaultConfig(),
 		Idempotency:     idempotency.DefaultConfig(),
 		Memory:          MemoryConfig{MaxCalls: memory.DefaultMaxCalls, MaxAuditEvents: memory.DefaultMaxAuditEvents},
+		MCP:             defaultMCP(),
 		Nested:          NestedConfig{MaxDepth: DefaultNestedMaxDepth},
 		Metrics:         MetricsConfig{MaxConnections: DefaultMetricsMaxConnections},
 		Console:         ConsoleConfig{SessionTTL: DefaultSessionTTL},
@@ -467,6 +470,7 @@ func (c *Config) Validate() error {
 	c.validateAudit(&p)
 	c.validatePrincipals(&p)
 	c.validateAccess(&p)
+	c.validateMCP(&p)
 	if c.Nested.MaxDepth < 1 || c.Nested.MaxDepth > MaxNestedMaxDepth {
 		p.add("nested.max_depth", "must be between 1 and %d, not %d", MaxNestedMaxDepth, c.Nested.MaxDepth)
 	}

@@ -369,7 +369,7 @@ func TestExampleConfiguration(t *testing.T) {
 	}
 	// It spells out every limit, at its default.
 	d := config.Default()
-	if cfg.Server != d.Server || cfg.Audit != d.Audit || cfg.ShutdownGrace != d.ShutdownGrace {
+	if cfg.Server != d.Server || cfg.Audit != d.Audit || cfg.ShutdownGrace != d.ShutdownGrace || cfg.MCP != d.MCP {
 		t.Fatalf("example limits %+v %+v %s, want the defaults %+v %+v %s", cfg.Server, cfg.Audit, cfg.ShutdownGrace, d.Server, d.Audit, d.ShutdownGrace)
 	}
 	ps, err := cfg.DevPrincipals()

@@ -35,6 +35,7 @@ const (
 	FlagShutdownGrace   = "shutdown-grace"
 	FlagMetricsListen   = "metrics-listen"
 	FlagConsoleListen   = "console-listen"
+	FlagMCPListen       = "mcp-listen"
 )
 
 // flagKeys maps flags to the keys they set.
@@ -51,6 +52,7 @@ var flagKeys = map[string]string{
 	FlagShutdownGrace:   "shutdown_grace",
 	FlagMetricsListen:   "metrics.listen",
 	FlagConsoleListen:   "console.listen",
+	FlagMCPListen:       "mcp.listen",
 }
 
 // RegisterFlags defines the flags of the common keys on fs. Their defaults
@@ -71,6 +73,7 @@ func RegisterFlags(fs *pflag.FlagSet) {
 	fs.Duration(FlagShutdownGrace, d.ShutdownGrace, "after the shutdown timeout, how long the answers of aborted calls have to reach their callers")
 	fs.String(FlagMetricsListen, "", "operations port: Prometheus GET /metrics and grpc.health.v1 for probes, at this host:port (off when empty)")
 	fs.String(FlagConsoleListen, "", "approvers' web console at this host:port (off when empty); loopback only while authentication is off")
+	fs.String(FlagMCPListen, "", "MCP front door: streamable HTTP at /mcp on this host:port (off when empty); loopback only while authentication is off")
 }
 
 // DatabaseURLFlag defines only --database-url on fs (for commands that need

@@ -205,6 +205,17 @@ type Request struct {
 	Scopes         []string
 	ApprovalID     string
 	PreviewToken   string
+	// ResumeParked applies the rule by which a client that sends no
+	// idempotency keys resumes what it parked (docs/mcp.md#calling-again):
+	//   - a call without a key that the gate would park takes the key of
+	//     the principal's call parked with the same tool, action and
+	//     arguments, if there is one, and is answered as a retry with that
+	//     key (a call that never parked is never found: nothing is replayed
+	//     that way);
+	//   - a call that resumes a call parked behind a preview, by its key or
+	//     as above, presents the preview's token itself: calling again
+	//     confirms the preview.
+	ResumeParked bool
 }
 
 // Response is the outcome of one request.
@@ -458,6 +469,40 @@ func (e *Executor) readDeferred(ctx context.Context, c *call) (resp *Response, f
 	return resp, true, err
 }
 
+// parkingOrResume is parking with park, unless the call resumes one of the
+// principal's parked calls instead (findParked).
+func (e *Executor) parkingOrResume(c *call, park func(ctx context.Context) (*Response, error)) verdict {
+	return parking(func(ctx context.Context) (*Response, error) {
+		if resp, found, err := e.findParked(ctx, c); found {
+			return resp, err
+		}
+		return park(ctx)
+	})
+}
+
+// findParked applies Request.ResumeParked to a call without a key about to
+// be parked: if the principal has a call parked with the same tool, action
+// and arguments, c takes its key and is answered as a retry with it. found
+// reports that there was one and (resp, err) is the answer.
+func (e *Executor) findParked(ctx context.Context, c *call) (resp *Response, found bool, err error) {
+	if !c.req.ResumeParked || c.keyGiven {
+		return nil, false, nil
+	}
+	ex, err := e.st.FindParkedCall(ctx, store.FindParkedCallParams{
+		PrincipalID: c.principal.ID, Tool: c.tool.Name, Action: c.action.Name, Fingerprint: c.fingerprint,
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, false, nil
+	}
+	c.unevaluate()
+	if err != nil {
+		return nil, true, e.storeErr(ctx, c, err)
+	}
+	c.key, c.keyGiven = ex.IdempotencyKey, true
+	resp, err = e.resumeHeld(ctx, c, ex)
+	return resp, true, err
+}
+
 // resumeHeld answers c from ex, the record the deferred lookup or the claim
 // found under its key, as the lookup of step 4 would have.
 func (e *Executor) resumeHeld(ctx context.Context, c *call, ex *store.Call) (*Response, error) {
@@ -596,9 +641,9 @@ func (e *Executor) evaluate(ctx context.Context, c *call) verdict {
 			return e.parkForApproval(ctx, c)
 		})
 	case c.decision == store.DecisionConfirm:
-		return parking(func(ctx context.Context) (*Response, error) { return e.parkForApproval(ctx, c) })
+		return e.parkingOrResume(c, func(ctx context.Context) (*Response, error) { return e.parkForApproval(ctx, c) })
 	case c.decision == store.DecisionPreview:
-		return parking(func(ctx context.Context) (*Response, error) { return e.parkForPreview(ctx, c) })
+		return e.parkingOrResume(c, func(ctx context.Context) (*Response, error) { return e.parkForPreview(ctx, c) })
 	default:
 		return e.reservation(ctx, c)
 	}

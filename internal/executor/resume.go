@@ -186,7 +186,11 @@ func (e *Executor) resumePreview(ctx context.Context, c *call, ex *store.Call) (
 		}
 		return nil, false, false, e.reject(ctx, c, fault.PreviewExpired(why))
 	}
-	switch c.presentedToken() {
+	token := c.presentedToken()
+	if token == "" && c.req.ResumeParked {
+		token = pv.Token // calling again confirms the preview
+	}
+	switch token {
 	case "":
 		if err := e.appendEvents(ctx, e.event(c, audit.ToolCallDeduped, store.OutcomePreviewRequired,
 			map[string]any{"state": string(ex.State)})); err != nil {

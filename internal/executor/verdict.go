@@ -28,8 +28,32 @@ func (e *Executor) conclude(ctx context.Context, c *call, v verdict) (*Response,
 		if resp, found, err := e.readDeferred(ctx, c); found {
 			return resp, err
 		}
+		if resp, found, err := e.rereadParked(ctx, c); found {
+			return resp, err
+		}
 	}
 	return v.act(ctx)
+}
+
+// rereadParked reads again the parked call this request resumed (approved,
+// or its preview presented) before the request ends otherwise than by
+// running it — a refusal, a denial — because a concurrent retry may have
+// run it meanwhile: then the call is answered as it now stands, so that
+// the answer agrees with the record under the call's id. found reports
+// that it moved and (resp, err) is the answer.
+func (e *Executor) rereadParked(ctx context.Context, c *call) (resp *Response, found bool, err error) {
+	if c.parked == nil {
+		return nil, false, nil
+	}
+	cur, err := e.st.GetCall(ctx, c.parked.ID)
+	if err != nil || (cur.State == c.parked.State && cur.AttemptCount == c.parked.AttemptCount) {
+		// Still as resumed (or unreadable: the verdict stands, and says so).
+		return nil, false, nil
+	}
+	c.unevaluate()
+	c.parked, c.approval, c.preview = nil, nil, nil
+	resp, err = e.resumeHeld(ctx, c, cur)
+	return resp, true, err
 }
 
 // refusal answers err, with its tool_call.rejected event.

@@ -77,6 +77,11 @@ func (e *Executor) FollowApprovals(ctx context.Context, f ApprovalFilter, send f
 				}
 				continue
 			}
+			if f.ApprovalID != "" && n.Key != f.ApprovalID {
+				// Another approval: no read for it, so that many waiters
+				// cost nothing per notification but their own.
+				continue
+			}
 			ap, err := e.st.GetApproval(ctx, n.Key)
 			switch {
 			case errors.Is(err, store.ErrNotFound):

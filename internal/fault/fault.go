@@ -68,6 +68,7 @@ const (
 	ReasonToolsetNotFound      = "TOOLSET_NOT_FOUND"
 	ReasonToolsetDisabled      = "TOOLSET_DISABLED"
 	ReasonExportedNameShared   = "EXPORTED_NAME_SHARED"
+	ReasonRequestStateInvalid  = "REQUEST_STATE_INVALID"
 	// Reasons of the connectors' trust rules (docs/connectors.md#threat-model).
 	ReasonCommandNotAllowed           = "COMMAND_NOT_ALLOWED"
 	ReasonSecretDestinationNotAllowed = "SECRET_DESTINATION_NOT_ALLOWED"

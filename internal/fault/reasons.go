@@ -414,6 +414,14 @@ func ExportedNameShared(name string, owners []string) *Error {
 		q(name), safetext.Bound(strings.Join(owners, " and "), 1000)).With("name", name)
 }
 
+// RequestStateInvalid: an MCP retry's requestState is refused (why says
+// what is wrong with it: forged or altered, expired, spent, or another
+// call's). Nothing ran.
+func RequestStateInvalid(why string) *Error {
+	return New(InvalidArgument, ReasonRequestStateInvalid,
+		"the requestState is refused: %s; nothing ran. Call again without it to see where the call stands", why)
+}
+
 // NestingTooDeep: a tool's step would nest calls deeper than the server
 // allows (nested.max_depth). chain names the calls it is nested in,
 // outermost first ("tool.action").

@@ -64,6 +64,7 @@ func TestConstructors(t *testing.T) {
 		{ToolsetDisabled(huge), FailedPrecondition, ReasonToolsetDisabled},
 		{ToolsetVersionConflict(huge, 2, 3), FailedPrecondition, ReasonVersionConflict},
 		{ExportedNameShared(huge, []string{huge, huge}), FailedPrecondition, ReasonExportedNameShared},
+		{RequestStateInvalid("it was used already"), InvalidArgument, ReasonRequestStateInvalid},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			if tc.err.Kind != tc.kind || tc.err.Reason != tc.reason {

@@ -66,6 +66,8 @@ type Registry struct {
 	exported atomic.Pointer[map[string][]ActionRef]
 	// toolsets is the cached toolsets, replaced whole on every change.
 	toolsets atomic.Pointer[map[string]*store.Toolset]
+	// gen counts the replacements of cache and toolsets (Generation).
+	gen atomic.Uint64
 	// tsMu serializes writers of toolsets; tsApplied is the ticket of the
 	// read last installed (guarded by tsMu).
 	tsMu      sync.Mutex
@@ -363,6 +365,7 @@ func (r *Registry) install(ticket uint64, changes map[string]*Entry) (forget []s
 		r.cache.Store(&next)
 		idx := exportedIndex(next)
 		r.exported.Store(&idx)
+		r.gen.Add(1)
 	}
 	return forget
 }

@@ -88,6 +88,12 @@ func (r *Registry) checkExportedNames(v *fault.Violations, t *store.Tool) {
 	}
 }
 
+// Generation changes whenever the cached tools or toolsets do: what is
+// built from a Snapshot taken after reading it may be kept until it
+// changes (read it first: a Snapshot taken before would be kept past a
+// change).
+func (r *Registry) Generation() uint64 { return r.gen.Load() }
+
 // Snapshot returns the cached tools and toolsets, each ordered by name, as
 // exports read them. The records are shared: callers must not modify them.
 func (r *Registry) Snapshot() export.Snapshot {
@@ -160,6 +166,7 @@ func (r *Registry) reloadToolsets(ctx context.Context) error {
 	}
 	r.tsApplied = ticket
 	r.toolsets.Store(&all)
+	r.gen.Add(1)
 	return nil
 }
 
@@ -185,6 +192,7 @@ func (r *Registry) applyToolset(name string, ts *store.Toolset) {
 		next[name] = ts
 	}
 	r.toolsets.Store(&next)
+	r.gen.Add(1)
 }
 
 // normalizeToolset returns ts as it is stored: text trimmed, output-only

@@ -116,6 +116,7 @@ type Store interface {
 	PreviewStore
 	AuditStore
 	TaskHistoryStore
+	KeyStore
 	Notifier
 	OutboxStore
 	SessionStore
@@ -303,6 +304,12 @@ type CallStore interface {
 	// GetCallByKey returns a call by principal and idempotency key, or
 	// ErrNotFound.
 	GetCallByKey(ctx context.Context, principalID, key string) (*Call, error)
+	// FindParkedCall returns the principal's newest (by ID) call that is
+	// parked — AWAITING_APPROVAL or AWAITING_PREVIEW — with p's tool, action
+	// and fingerprint, or ErrNotFound. It is how a retry without its key
+	// finds the call it repeats (the MCP front door's plain retry); calls in
+	// any other state are never found this way.
+	FindParkedCall(ctx context.Context, p FindParkedCallParams) (*Call, error)
 	// ClaimCall claims p.Call's (PrincipalID, IdempotencyKey) in one atomic
 	// step. If the key is free it inserts p.Call as given (its State is
 	// IN_PROGRESS, AWAITING_APPROVAL or AWAITING_PREVIEW; AttemptCount is 1
@@ -430,6 +437,15 @@ type CallStore interface {
 	// window (24h by default), after which policies no longer see the call.
 	// Returns how many calls it removed.
 	DeleteExpiredCalls(ctx context.Context, now time.Time, limit int) (int, error)
+}
+
+// FindParkedCallParams are FindParkedCall's inputs; every field is
+// required (ErrInvalid).
+type FindParkedCallParams struct {
+	PrincipalID string
+	Tool        string
+	Action      string
+	Fingerprint string
 }
 
 // ClaimCallParams are ClaimCall's inputs.
@@ -684,6 +700,32 @@ func AuditEventSize(e *AuditEvent) int {
 		len(e.Principal) + len(e.Tool) + len(e.Action) + len(e.Decision) + len(e.Outcome)
 	return n + len(e.Detail)
 }
+
+// KeyStore holds what replicas share to trust each other's tokens: signing
+// keys, and the single-use tokens already used. (The MCP front door signs
+// its request states with a key from here and spends each state once.)
+// Keys are secrets: they are never written to the audit trail or logs.
+type KeyStore interface {
+	// SigningKey returns the key stored under name; if there is none it
+	// stores key under name first. Of concurrent callers on any replicas
+	// the first one's key is stored and every caller gets it. ErrInvalid if
+	// name is empty or key shorter than MinSigningKeyBytes.
+	SigningKey(ctx context.Context, name string, key []byte) ([]byte, error)
+	// UseToken spends the single-use token id, remembering it until
+	// expiresAt: it returns true the first time, and false (writing
+	// nothing) when the token was spent before and has not been deleted.
+	// Across any number of concurrent callers and replicas exactly one gets
+	// true. ErrInvalid if id is empty.
+	UseToken(ctx context.Context, id string, expiresAt time.Time) (bool, error)
+	// DeleteUsedTokens forgets up to limit spent tokens whose expiresAt is
+	// before now (0: no limit; negative: ErrInvalid) and returns how many.
+	// Callers spend a token only before its expiry, so a forgotten token
+	// can never be spent again.
+	DeleteUsedTokens(ctx context.Context, now time.Time, limit int) (int, error)
+}
+
+// MinSigningKeyBytes is the shortest signing key a KeyStore holds.
+const MinSigningKeyBytes = 32
 
 // TaskHistoryStore holds the successful calls of each (principal, task).
 type TaskHistoryStore interface {

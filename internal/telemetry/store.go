@@ -42,7 +42,7 @@ var storeOps = []string{
 	"CreateTool", "UpdateTool", "DeleteTool", "GetTool", "ListTools",
 	"CreateToolset", "UpdateToolset", "DeleteToolset", "GetToolset", "ListToolsets",
 	"GetToolHealth", "ListToolHealth", "UpdateToolHealth",
-	"GetCall", "GetCallByKey", "ClaimCall", "StartParkedCall", "RenewCallLease", "FinishCall",
+	"GetCall", "GetCallByKey", "FindParkedCall", "ClaimCall", "StartParkedCall", "RenewCallLease", "FinishCall",
 	"ParkCall", "ReportCallProgress", "ListChildCalls",
 	"ReleaseClaim", "ReleaseParkedCall", "ResolveCall", "ReapExpiredLeases", "ExpireApprovals",
 	"DeleteExpiredCalls",
@@ -50,6 +50,7 @@ var storeOps = []string{
 	"GetPreview",
 	"AppendAuditEvents", "ListAuditEvents", "DeleteAuditEventsBefore",
 	"ListTaskHistory",
+	"SigningKey", "UseToken", "DeleteUsedTokens",
 	"ListOutbox", "ExpandOutbox", "ClaimDeliveries", "FinishDelivery", "ListDeliveries", "CountDeliveries",
 	"DeleteFinishedDeliveries",
 	"CreateSession", "GetSession", "DeleteSession", "DeleteExpiredSessions",
@@ -227,6 +228,34 @@ func (s *observedStore) GetCall(ctx context.Context, id string) (*store.Call, er
 func (s *observedStore) GetCallByKey(ctx context.Context, principalID, key string) (*store.Call, error) {
 	ctx, op := s.begin(ctx, "GetCallByKey")
 	r, err := s.Store.GetCallByKey(ctx, principalID, key)
+	op.end(err)
+	return r, err
+}
+
+func (s *observedStore) FindParkedCall(ctx context.Context, p store.FindParkedCallParams) (*store.Call, error) {
+	ctx, op := s.begin(ctx, "FindParkedCall")
+	r, err := s.Store.FindParkedCall(ctx, p)
+	op.end(err)
+	return r, err
+}
+
+func (s *observedStore) SigningKey(ctx context.Context, name string, key []byte) ([]byte, error) {
+	ctx, op := s.begin(ctx, "SigningKey")
+	r, err := s.Store.SigningKey(ctx, name, key)
+	op.end(err)
+	return r, err
+}
+
+func (s *observedStore) UseToken(ctx context.Context, id string, expiresAt time.Time) (bool, error) {
+	ctx, op := s.begin(ctx, "UseToken")
+	r, err := s.Store.UseToken(ctx, id, expiresAt)
+	op.end(err)
+	return r, err
+}
+
+func (s *observedStore) DeleteUsedTokens(ctx context.Context, now time.Time, limit int) (int, error) {
+	ctx, op := s.begin(ctx, "DeleteUsedTokens")
+	r, err := s.Store.DeleteUsedTokens(ctx, now, limit)
 	op.end(err)
 	return r, err
 }

@@ -175,6 +175,16 @@ func (t *Telemetry) StatsHandler() stats.Handler {
 	return otelgrpc.NewServerHandler(opts...)
 }
 
+// Propagator reads and writes W3C trace context (and baggage): the MCP
+// front door continues a caller's trace with it. A nil *Telemetry still
+// has one, so that calls record the caller's trace id.
+func (t *Telemetry) Propagator() propagation.TextMapPropagator {
+	if t == nil {
+		return propagation.TraceContext{}
+	}
+	return t.propagator
+}
+
 // Observer is the executor's seam; nil when telemetry is off (a nil
 // *Telemetry must not become a non-nil interface).
 func (t *Telemetry) Observer() executor.Observer {

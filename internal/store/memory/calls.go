@@ -39,6 +39,24 @@ func (s *Store) GetCallByKey(ctx context.Context, principalID, key string) (*sto
 	return out, err
 }
 
+// FindParkedCall implements store.CallStore.
+func (s *Store) FindParkedCall(ctx context.Context, p store.FindParkedCallParams) (*store.Call, error) {
+	if p.PrincipalID == "" || p.Tool == "" || p.Action == "" || p.Fingerprint == "" {
+		return nil, fmt.Errorf("%w: find parked call: principal, tool, action and fingerprint are required", store.ErrInvalid)
+	}
+	var out *store.Call
+	err := s.read(ctx, func(st *state) error {
+		ids := st.parkedBy[parkedKey{p.PrincipalID, p.Tool, p.Action, p.Fingerprint}]
+		if len(ids) == 0 {
+			return fmt.Errorf("parked call of principal %q for %s.%s: %w", p.PrincipalID, p.Tool, p.Action, store.ErrNotFound)
+		}
+		// The newest by id, as Postgres orders them.
+		out = st.calls[slices.Max(ids)].call()
+		return nil
+	})
+	return out, err
+}
+
 // ClaimCall implements store.CallStore.
 func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.Call, bool, error) {
 	call, err := importCall(p.Call)

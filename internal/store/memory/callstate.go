@@ -3,6 +3,7 @@ package memory
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/store"
@@ -13,6 +14,7 @@ const (
 	clRunning   = 1 << iota // IN_PROGRESS: in the lease index
 	clExpiring              // deletable once ExpiresAt passes: in the retention index
 	clEvictable             // may be forgotten when the store is full: in the eviction queue
+	clParked                // AWAITING_APPROVAL or AWAITING_PREVIEW: in the parked index
 )
 
 func classOf(r *callRec) uint8 {
@@ -21,7 +23,7 @@ func classOf(r *callRec) uint8 {
 		return clRunning
 	}
 	if st.Parked() {
-		return 0
+		return clParked
 	}
 	var cl uint8
 	if r.expires != zeroMicros {
@@ -210,6 +212,43 @@ func (st *state) reindex(r *callRec, lease, expires int64, class uint8) {
 		r.evictSeq = st.evict.add(r.id())
 		st.evict.compact(st.evictables, st.validEviction)
 	}
+	switch {
+	case cl&clParked != 0 && class&clParked == 0:
+		st.addParked(r)
+	case cl&clParked == 0 && class&clParked != 0:
+		st.dropParked(r)
+	}
+}
+
+// parkedKey is what FindParkedCall looks parked calls up by.
+type parkedKey struct {
+	principal, tool, action, fingerprint string
+}
+
+func parkedKeyOf(r *callRec) parkedKey {
+	// Cloned: the record's text is re-packed on every change, and the key
+	// must not keep an old packing alive.
+	return parkedKey{
+		strings.Clone(r.principal()), strings.Clone(r.str(cfTool)),
+		strings.Clone(r.str(cfAction)), strings.Clone(r.str(cfFingerprint)),
+	}
+}
+
+// addParked and dropParked keep the parked index: a record's tool, action
+// and fingerprint do not change while it stays parked.
+func (st *state) addParked(r *callRec) {
+	k := parkedKeyOf(r)
+	st.parkedBy[k] = append(st.parkedBy[k], strings.Clone(r.id()))
+}
+
+func (st *state) dropParked(r *callRec) {
+	k := parkedKeyOf(r)
+	ids := slices.DeleteFunc(st.parkedBy[k], func(id string) bool { return id == r.id() })
+	if len(ids) == 0 {
+		delete(st.parkedBy, k)
+		return
+	}
+	st.parkedBy[k] = ids
 }
 
 func (st *state) validLease(e timed[string]) bool {
@@ -249,6 +288,9 @@ func (st *state) deleteCall(tx *tx, r *callRec) {
 		delete(st.callKeys, k)
 	}
 	st.count(r.class, -1)
+	if r.class&clParked != 0 {
+		st.dropParked(r)
+	}
 	r.class = 0
 	st.unpin(r)
 	if r.parkCounted {

@@ -126,6 +126,16 @@ type state struct {
 	// eventTypes numbers the audit event types seen (callRec.events).
 	eventTypes map[string]int
 
+	// parkedBy holds the ids of parked calls by principal, tool, action
+	// and fingerprint (FindParkedCall).
+	parkedBy map[parkedKey][]string
+
+	// signingKeys by name; usedTokens holds each spent token's expiry, and
+	// tokensDue the same by time.
+	signingKeys map[string][]byte
+	usedTokens  map[string]int64
+	tokensDue   timeIndex[string]
+
 	history      map[histKey]*histBucket
 	histSeq      int64
 	extraHistory map[string][]histRef
@@ -168,6 +178,9 @@ func New(opts ...Option) *Store {
 			auditIDs:         make(map[string]struct{}),
 			eventTypes:       make(map[string]int),
 			history:          make(map[histKey]*histBucket),
+			parkedBy:         make(map[parkedKey][]string),
+			signingKeys:      make(map[string][]byte),
+			usedTokens:       make(map[string]int64),
 			extraHistory:     make(map[string][]histRef),
 			evictable:        make(map[string]bool),
 			parked:           make(map[string]parkUsage),

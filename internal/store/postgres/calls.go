@@ -24,6 +24,12 @@ const (
 	getCallByKeySQL = `SELECT ` + callColumns + ` FROM calls WHERE principal_id = $1 AND idempotency_key = $2`
 	renewLeaseSQL   = `UPDATE calls SET lease_expires_at = now() + $3::interval
 		WHERE id = $1 AND state = 'IN_PROGRESS' AND attempt_count = $2`
+	// findParkedCallSQL is served by calls_parked_idx, whose predicate it
+	// repeats.
+	findParkedCallSQL = `SELECT ` + callColumns + ` FROM calls
+		WHERE principal_id = $1 AND tool = $2 AND action = $3 AND fingerprint = $4
+		AND state IN ('AWAITING_APPROVAL', 'AWAITING_PREVIEW')
+		ORDER BY id DESC LIMIT 1`
 )
 
 // GetCall implements store.CallStore.
@@ -40,6 +46,18 @@ func (s *Store) GetCallByKey(ctx context.Context, principalID, key string) (*sto
 	c, err := scanCall(s.pool.QueryRow(ctx, getCallByKeySQL, principalID, key))
 	if err != nil {
 		return nil, fmt.Errorf("get call of principal %q by key %q: %w", principalID, key, err)
+	}
+	return c, nil
+}
+
+// FindParkedCall implements store.CallStore.
+func (s *Store) FindParkedCall(ctx context.Context, p store.FindParkedCallParams) (*store.Call, error) {
+	if p.PrincipalID == "" || p.Tool == "" || p.Action == "" || p.Fingerprint == "" {
+		return nil, fmt.Errorf("%w: find parked call: principal, tool, action and fingerprint are required", store.ErrInvalid)
+	}
+	c, err := scanCall(s.pool.QueryRow(ctx, findParkedCallSQL, p.PrincipalID, p.Tool, p.Action, p.Fingerprint))
+	if err != nil {
+		return nil, fmt.Errorf("find parked call of principal %q for %s.%s: %w", p.PrincipalID, p.Tool, p.Action, err)
 	}
 	return c, nil
 }

@@ -39,6 +39,7 @@ func HotStatements() []HotStatement {
 	return []HotStatement{
 		{"GetCall", getCallSQL, []any{c.ID}},
 		{"GetCallByKey", getCallByKeySQL, []any{c.PrincipalID, c.IdempotencyKey}},
+		{"FindParkedCall", findParkedCallSQL, []any{c.PrincipalID, c.Tool, c.Action, c.Fingerprint}},
 		{"ClaimCall", claimSQL, claimArgs},
 		{"FinishCall", finishSQL, finishArgs},
 		{"RenewCallLease", renewLeaseSQL, []any{c.ID, 1, leaseArg(time.Minute)}},

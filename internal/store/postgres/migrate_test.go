@@ -15,7 +15,7 @@ import (
 
 // schemaTables are the tables the migrations create.
 var schemaTables = []string{"approvals", "audit_events", "calls", "console_sessions", "notification_deliveries",
-	"notification_outbox", "previews", "task_history", "tool_health", "tools", "toolsets"}
+	"notification_outbox", "previews", "signing_keys", "task_history", "tool_health", "tools", "toolsets", "used_tokens"}
 
 func tablesOf(t *testing.T, pool *pgxpool.Pool) []string {
 	t.Helper()

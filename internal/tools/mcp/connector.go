@@ -96,6 +96,8 @@ func (e *Error) Unwrap() error { return e.Kind }
 const (
 	minBackoff = 250 * time.Millisecond
 	maxBackoff = 30 * time.Second
+	// maxIdleConns is how many idle connections to one MCP server are kept.
+	maxIdleConns = 64
 	// stopGrace is how long a stdio server has to exit after its stdin is
 	// closed, and again after SIGTERM, before it is killed.
 	stopGrace = 2 * time.Second
@@ -665,6 +667,10 @@ func (c *Connector) openHTTP(ctx context.Context) (*session, error) {
 	// unknown outcome. Servers close idle connections after as little as
 	// 5s (Node's default); closing them first makes that race rare.
 	base.IdleConnTimeout = idleConnTimeout
+	// Concurrent calls each hold a connection: keep as many for the next
+	// calls as are likely in use, rather than the default two (beyond them
+	// every call would dial anew).
+	base.MaxIdleConnsPerHost = maxIdleConns
 	s.rt = &roundTripper{
 		base:   base,
 		origin: origin(u),

@@ -1,0 +1,5 @@
+//go:build !race
+
+package frontdoor_test
+
+const raceEnabled = false
