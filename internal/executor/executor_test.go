@@ -611,6 +611,35 @@ func TestReservationGivenBack(t *testing.T) {
 	}
 }
 
+// A reservation whose answer was lost and which lands only after the
+// release looked for it (and did not find it) is still given back: left to
+// its lease, it would be reaped as UNKNOWN although its tool never started.
+func TestLateReservationGivenBack(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, rigOptions{}, standardTools()...)
+	ctx := context.Background()
+	lc := &lateClaim{looked: make(chan struct{}), landed: make(chan struct{})}
+	r.st.lateClaim.Store(lc)
+	r.refused(ctx, req("low", "k", `{}`), fault.ReasonStoreUnavailable)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := r.ex.Wait(wctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lc.landed:
+	default:
+		t.Fatal("the late claim never landed")
+	}
+	if c := r.stored("k"); c == nil || c.State != store.CallReleased || r.runs("low") != 0 {
+		t.Fatalf("after the late claim: %+v, runs %d", c, r.runs("low"))
+	}
+	resp := r.ok(ctx, req("low", "k", `{}`), store.OutcomeSucceeded)
+	if resp.Attempt != 2 || r.runs("low") != 1 {
+		t.Fatalf("retry %+v, runs %d", resp, r.runs("low"))
+	}
+}
+
 // Concurrent requests with one key: the tool runs once; every other request
 // is answered from the record (in progress, or the replay).
 func TestOneKeyRunsOnce(t *testing.T) {

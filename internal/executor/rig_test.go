@@ -184,6 +184,26 @@ type faultyStore struct {
 	keyReads atomic.Int64
 	// beforeClaim, if set, runs before each ClaimCall (the claim waits).
 	beforeClaim atomic.Pointer[func(store.ClaimCallParams)]
+	// lateClaim, if set, makes the next ClaimCall answer that the store
+	// could not be reached while its claim is still on its way: the claim
+	// lands only once a ReleaseClaim has looked for it.
+	lateClaim atomic.Pointer[lateClaim]
+	pending   atomic.Pointer[lateClaim]
+}
+
+// lateClaim is a claim that lands after its caller was told it failed.
+type lateClaim struct {
+	looked chan struct{} // closed when a release has looked for it
+	landed chan struct{} // closed when it has landed
+}
+
+func (s *faultyStore) ReleaseClaim(ctx context.Context, p store.ReleaseClaimParams) (*store.Call, error) {
+	c, err := s.Store.ReleaseClaim(ctx, p)
+	if lc := s.pending.Swap(nil); lc != nil {
+		close(lc.looked)
+		<-lc.landed
+	}
+	return c, err
 }
 
 func (s *faultyStore) ListTaskHistory(ctx context.Context, f store.TaskHistoryFilter) ([]store.TaskHistoryEntry, error) {
@@ -204,6 +224,15 @@ func (s *faultyStore) GetCallByKey(ctx context.Context, principal, key string) (
 func (s *faultyStore) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.Call, bool, error) {
 	if fn := s.beforeClaim.Load(); fn != nil {
 		(*fn)(p)
+	}
+	if lc := s.lateClaim.Swap(nil); lc != nil {
+		s.pending.Store(lc)
+		go func() {
+			<-lc.looked
+			_, _, _ = s.Store.ClaimCall(context.WithoutCancel(ctx), p) // lands as the release's answer goes back
+			close(lc.landed)
+		}()
+		return nil, false, fmt.Errorf("%w: the connection broke before the answer came", store.ErrUnavailable)
 	}
 	return s.Store.ClaimCall(ctx, p)
 }

@@ -157,6 +157,10 @@ func (e *Executor) reserve(ctx context.Context, c *call, token string, now time.
 	return rec, nil, nil
 }
 
+// claimSettle is how long a reservation whose answer was lost, and which
+// a release did not find, is given to land before the release looks again.
+const claimSettle = 2 * time.Second
+
 // giveBack releases a reservation whose tool never started, with the
 // refusal's audit event in the same transaction, and returns the refusal.
 // If the store cannot be reached the release continues in the background.
@@ -201,10 +205,25 @@ func (e *Executor) releaseLater(c *call, token string, ev *store.AuditEvent) {
 	}
 	p := e.releaseParams(c, token, "the store could not be reached to reserve it", events...)
 	e.background(func() {
-		err := e.retryStore(func(ctx context.Context) error {
+		release := func(ctx context.Context) error {
 			_, err := e.st.ReleaseClaim(ctx, p)
 			return err
-		})
+		}
+		err := e.retryStore(release)
+		if errors.Is(err, store.ErrNotFound) {
+			// Not there: the reservation never committed, or its statement
+			// is still on its way — in a shared commit its caller stopped
+			// waiting for, or on a server that has not yet noticed that the
+			// connection it came on is gone. A reservation that commits
+			// after this look would be left to the lease and reaped as
+			// UNKNOWN, a lie: its tool never started. Look once more when
+			// such a statement has had time to land.
+			select {
+			case <-e.life.Done():
+			case <-time.After(claimSettle):
+				err = e.retryStore(release)
+			}
+		}
 		switch {
 		case err == nil:
 			e.log.Info("a reservation whose answer was lost was given back", "call_id", p.Events[0].CallID)

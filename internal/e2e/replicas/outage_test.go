@@ -1,12 +1,15 @@
 package replicas_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -108,13 +111,15 @@ func TestOutcomesAgreeAcrossOutages(t *testing.T) {
 	l := newLedger()
 	g := worker(l)
 
+	logs := &lockedBuffer{}
 	const replicas = 2
 	proxies := make([]*dbproxy.Proxy, replicas)
 	rs := make([]*replica, replicas)
 	for i := range rs {
 		c := *cfg
 		proxies[i], c.DatabaseURL = dbproxy.New(t, direct)
-		rs[i] = start(t, &c, app.Options{ExtraProviders: func() []tools.Provider { return providers(t, g) }()})
+		rs[i] = start(t, &c, app.Options{ExtraProviders: func() []tools.Provider { return providers(t, g) }(),
+			Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})).With("replica", i)})
 	}
 
 	stop := make(chan struct{})
@@ -221,7 +226,8 @@ func TestOutcomesAgreeAcrossOutages(t *testing.T) {
 			mismatch("%s: the tool ran %d times", key, l.execs[key])
 		}
 		if c.State == store.CallUnknown && l.execs[key] == 0 {
-			mismatch("%s: UNKNOWN although the tool never started", key)
+			mismatch("%s: UNKNOWN although the tool never started; its trail: %s\nthe servers' log of it:\n%s",
+				key, trail(ctx, t, st, c.ID), logs.grep(key, c.ID))
 		}
 	}
 	// Keys that were reserved but never answered (a caller stopped) follow
@@ -276,6 +282,43 @@ func differs(a *toolsvcv1.ExecuteToolResponse, c *store.Call) string {
 		}
 	}
 	return ""
+}
+
+// lockedBuffer collects the servers' log lines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// grep returns the lines that mention any of words.
+func (l *lockedBuffer) grep(words ...string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for line := range strings.Lines(l.b.String()) {
+		for _, w := range words {
+			if strings.Contains(line, w) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "")
+}
+
+// trail lists a call's audit events, for a failure's message.
+func trail(ctx context.Context, t *testing.T, st store.Store, callID string) string {
+	var b strings.Builder
+	for _, e := range events(ctx, t, st, store.AuditFilter{CallID: callID}) {
+		fmt.Fprintf(&b, "\n  %s %s %s", e.Time.Format("15:04:05.000"), e.Type, e.Detail)
+	}
+	return b.String()
 }
 
 // lastOutcomeEvent checks that the call's last outcome event says what the
