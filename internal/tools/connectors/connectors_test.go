@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/secrets"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/store/memory"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 	"github.com/toolsvc/toolsvc/internal/tools/httpconn"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
@@ -161,6 +163,8 @@ type rig struct {
 	m   *Manager
 	reg *registry.Registry
 	st  store.Store
+	// resyncs counts the re-discoveries that have finished.
+	resyncs *atomic.Int32
 }
 
 func newRig(t *testing.T) *rig {
@@ -178,8 +182,10 @@ func newRig(t *testing.T) *rig {
 	if err := reg.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	resyncs := new(atomic.Int32)
 	m.SetResync(func(ctx context.Context, id string) error {
 		_, _, err := reg.Rediscover(ctx, id, "toolsvc")
+		resyncs.Add(1)
 		return err
 	})
 	t.Cleanup(func() {
@@ -187,7 +193,7 @@ func newRig(t *testing.T) *rig {
 		cancel()
 		st.Close()
 	})
-	return &rig{srv: srv, m: m, reg: reg, st: st}
+	return &rig{srv: srv, m: m, reg: reg, st: st, resyncs: resyncs}
 }
 
 // testTrust lets the API run files-server (found at /usr/bin/files-server)
@@ -336,24 +342,14 @@ func TestCallsGoToTheServerToolAndAreScrubbed(t *testing.T) {
 	}
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 5s: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestListChangedBumpsTheVersion(t *testing.T) {
 	r := newRig(t)
 	r.register(t)
 	ctx := context.Background()
 	// A list_changed that changes nothing writes nothing.
+	before := r.resyncs.Load()
 	r.srv.current().changed()
-	time.Sleep(50 * time.Millisecond)
+	testutil.Eventually(t, 5*time.Second, "the re-discovery the list_changed asked for", func() bool { return r.resyncs.Load() > before })
 	if got, _ := r.reg.Get(ctx, "files"); got.Version != 1 {
 		t.Fatalf("an unchanged list bumped the version to %d", got.Version)
 	}
@@ -362,7 +358,7 @@ func TestListChangedBumpsTheVersion(t *testing.T) {
 	list = append(list, connector.ServerTool{Action: "new_tool", Name: "new_tool", InputSchema: json.RawMessage(`{"type":"object"}`)})
 	r.srv.set(list, nil)
 	r.srv.current().changed()
-	eventually(t, "the tool's version is bumped", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the tool's version is bumped", func() bool {
 		got, _ := r.reg.Get(ctx, "files")
 		return got.Version == 2
 	})
@@ -392,7 +388,7 @@ func TestFailedDiscoveryIsRetried(t *testing.T) {
 		t.Fatalf("actions before discovery: %v", got.Actions)
 	}
 	r.srv.set(serverTools(), nil)
-	eventually(t, "a retry discovers the tools", func() bool {
+	testutil.Eventually(t, 5*time.Second, "a retry discovers the tools", func() bool {
 		got, _ := r.reg.Get(ctx, "files")
 		return len(got.Actions) == len(serverTools())
 	})
@@ -468,7 +464,7 @@ func TestFailedDialIsRetried(t *testing.T) {
 	r.srv.mu.Lock()
 	r.srv.dialErr = nil
 	r.srv.mu.Unlock()
-	eventually(t, "a retry opens the session and discovers", func() bool {
+	testutil.Eventually(t, 5*time.Second, "a retry opens the session and discovers", func() bool {
 		got, _ := r.reg.Get(ctx, "files")
 		return len(got.Actions) == len(serverTools())
 	})
