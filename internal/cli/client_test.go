@@ -258,6 +258,7 @@ func TestCallApprovalFlow(t *testing.T) {
 		t.Fatalf("no pending approval in:\n%s", out)
 	}
 	approvalID := m[1]
+	parked := out
 	mustContain(t, "approval output", out, "Expires:", "(in ", "Gate:      CONFIRM", `other than "agent-1"`)
 	approve := printedCommand(t, out, "toolsvc approvals approve")
 	rerun := printedCommand(t, out, "toolsvc call")
@@ -275,6 +276,10 @@ func TestCallApprovalFlow(t *testing.T) {
 	mustContain(t, "approvals list", out, "ID", "STATE", approvalID, "PENDING", "notes.write", "agent-1", "HIGH")
 	out, _ = expect(t, exitOK, addr, "approvals", "get", approvalID)
 	mustContain(t, "approvals get", out, "Requester:  agent-1", `"path": "/todo.md"`, "Key:        todo-1", "Task:       t1")
+	// --wide adds what the narrow table leaves to `approvals get`: the
+	// creation time, the key and the call.
+	out, _ = expect(t, exitOK, addr, "approvals", "list", "--wide", "--state", "pending", "--tool", "notes")
+	mustContain(t, "approvals list --wide", out, "CREATED", "KEY", "CALL", "RESOLVER", approvalID, "todo-1", field(t, parked, "Call"))
 
 	// The requester may not approve its own call.
 	_, stderr := expect(t, exitRPC, addr, "approvals", "approve", approvalID, "--principal", "agent-1")
@@ -361,6 +366,11 @@ func TestToolsCommands(t *testing.T) {
 	}
 	out, _ = expect(t, exitOK, addr, "tools", "get", "notes")
 	mustContain(t, "tools get", out, "Name:", "notes", "Scopes:", "read before write", "write  risk HIGH", "arguments: path (string, required), content (string, required)")
+	// An argument's allowed values and its description, whole.
+	out, _ = expect(t, exitOK, addr, "tools", "get", "flaky")
+	mustContain(t, "tools get flaky", out,
+		"mode (string, required, one of", `"ok"|"fail"|"error"|"retryable"|"hang"|"hang_unknown"|"panic"|"rate_limit"|"unknown")`,
+		"mode: How the call ends.")
 	_, stderr := expect(t, exitRPC, addr, "tools", "get", "nope")
 	mustContain(t, "unknown tool", stderr, "NotFound", "TOOL_NOT_FOUND")
 
