@@ -109,7 +109,7 @@ func TestCustomToolExample(t *testing.T) {
 			Message string `json:"message"`
 		} `json:"preview"`
 	}
-	out = run(3, "call", "inventory", "restock", "--principal", "agent-1", "--key", "r-1",
+	out = run(3, "call", "inventory", "restock", "--principal", "agent-1", "--idempotency-key", "r-1",
 		"--args", `{"item": "widget", "quantity": 3}`, "-o", "json")
 	if err := json.Unmarshal([]byte(out), &parked); err != nil {
 		t.Fatalf("%v:\n%s", err, out)
@@ -117,13 +117,13 @@ func TestCustomToolExample(t *testing.T) {
 	if parked.Outcome != "OUTCOME_PREVIEW_REQUIRED" || parked.Preview.Message != "would add 3 widget: 15 in stock afterwards" {
 		t.Fatalf("restock:\n%s", out)
 	}
-	out = run(0, "call", "inventory", "restock", "--principal", "agent-1", "--key", "r-1",
+	out = run(0, "call", "inventory", "restock", "--principal", "agent-1", "--idempotency-key", "r-1",
 		"--args", `{"item": "widget", "quantity": 3}`, "--preview-token", parked.Preview.Token)
 	if !strings.Contains(out, "restocked widget for agent-1: 15 in stock") {
 		t.Fatalf("restock with the preview token:\n%s", out)
 	}
 	// The same key again is the stored outcome; the stock is not touched.
-	out = run(0, "call", "inventory", "restock", "--principal", "agent-1", "--key", "r-1",
+	out = run(0, "call", "inventory", "restock", "--principal", "agent-1", "--idempotency-key", "r-1",
 		"--args", `{"item": "widget", "quantity": 3}`)
 	if !strings.Contains(out, "replayed") {
 		t.Fatalf("replay:\n%s", out)

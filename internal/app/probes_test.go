@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/app"
 	"github.com/toolsvc/toolsvc/internal/app/apptest"
 	"github.com/toolsvc/toolsvc/internal/e2e/dbproxy"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 // TestOperationsEndpoint: metrics.listen serves GET /metrics and, in
@@ -94,17 +96,13 @@ func TestOperationsEndpoint(t *testing.T) {
 // waitStatus waits until service reports want.
 func waitStatus(t *testing.T, h healthpb.HealthClient, service string, want healthpb.HealthCheckResponse_ServingStatus) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testutil.EventuallyNil(t, 15*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		resp, err := h.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
 		cancel()
 		if err == nil && resp.GetStatus() == want {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("health %q: %v %v, want %s", service, resp.GetStatus(), err, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("health %q: %v %v, want %s", service, resp.GetStatus(), err, want)
+	})
 }

@@ -117,7 +117,7 @@ func TestCLIWithAuthentication(t *testing.T) {
 	mustContain(t, "plaintext", stderr, "Unavailable")
 	// The agent executes (a call that waits for approval) ...
 	out, _ := run(exitWaiting, env(envTokenFile, file("agent-1.token")), "call", "notes", "write",
-		"--args", `{"path": "/a.md", "content": "x"}`, "--key", "k1")
+		"--args", `{"path": "/a.md", "content": "x"}`, "--idempotency-key", "k1")
 	id := strings.Fields(field(t, out, "Approval"))[0]
 	approve := printedCommand(t, out, "toolsvc approvals approve")
 	want := []string{"approvals", "approve", id, "--addr", addr, "--ca-file", ca, "--token-file", "APPROVER_TOKEN_FILE"}

@@ -27,7 +27,7 @@ another principal with --principal.`,
 	approvals := func(c *client) toolsvcv1.ApprovalServiceClient { return toolsvcv1.NewApprovalServiceClient(c.conn) }
 
 	var state, tool string
-	var quiet bool
+	var quiet, wide bool
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List approvals, newest first",
@@ -39,6 +39,7 @@ another principal with --principal.`,
 	list.Flags().StringVar(&state, "state", "", "only approvals in this state: pending, approved, denied, expired, consumed or invalidated")
 	list.Flags().StringVar(&tool, "tool", "", "only approvals for this tool")
 	list.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the approvals' ids, one per line (for scripts)")
+	list.Flags().BoolVarP(&wide, "wide", "w", false, "every column (created, key, call id, resolver, comment) and nothing cut, however wide")
 	list.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := checkLimit(*limit); err != nil {
 			return err
@@ -70,12 +71,22 @@ another principal with --principal.`,
 				return nil
 			}
 			// The ID is what the next command needs: it is never cut.
-			// Creation time and resolver are in `approvals get` and -o json.
+			// Creation time and resolver are in --wide, `approvals get` and
+			// -o json.
 			tw := newTable(c.stdout, "ID!", "STATE", "RISK", "EXPIRES!", "REQUESTER", "TOOL")
+			if wide {
+				tw = newTable(c.stdout, "ID!", "STATE!", "RISK!", "CREATED!", "EXPIRES!", "REQUESTER!", "TOOL!", "KEY!", "CALL!", "RESOLVER!", "COMMENT!")
+			}
 			var cut []string
 			for _, a := range aps {
-				tw.row(a.GetApprovalId(), enumName(a.GetState()), orDash(enumName(a.GetRisk())), shortDay(a.GetExpireTime()),
-					a.GetRequester(), a.GetTool()+"."+a.GetAction())
+				if wide {
+					tw.row(a.GetApprovalId(), enumName(a.GetState()), orDash(enumName(a.GetRisk())), short(a.GetCreateTime()), short(a.GetExpireTime()),
+						a.GetRequester(), a.GetTool()+"."+a.GetAction(), orDash(a.GetIdempotencyKey()), orDash(a.GetCallId()),
+						orDash(a.GetResolver()), orDash(a.GetComment()))
+				} else {
+					tw.row(a.GetApprovalId(), enumName(a.GetState()), orDash(enumName(a.GetRisk())), shortDay(a.GetExpireTime()),
+						a.GetRequester(), a.GetTool()+"."+a.GetAction())
+				}
 				if a.GetArgumentsTruncated() {
 					cut = append(cut, a.GetApprovalId())
 				}

@@ -15,7 +15,7 @@ func TestApprovalsWithLargeArguments(t *testing.T) {
 	addr := startServer(t)
 	content := strings.Repeat("x", 40<<10)
 	args, _ := json.Marshal(map[string]string{"path": "/big.md", "content": content})
-	expect(t, exitWaiting, addr, "call", "notes", "write", "--principal", "agent-1", "--key", "big-1", "--args", string(args))
+	expect(t, exitWaiting, addr, "call", "notes", "write", "--principal", "agent-1", "--idempotency-key", "big-1", "--args", string(args))
 	out, _ := expect(t, exitOK, addr, "approvals", "list", "--principal", "alice")
 	mustContain(t, "approvals list", out, "notes.write", "Arguments over 16 KiB are cut in listings (1 here)", "--full")
 	id, _ := expect(t, exitOK, addr, "approvals", "list", "--principal", "alice", "-q")

@@ -28,7 +28,7 @@ func buildOf(ctx context.Context) Build {
 // Run executes the command line (args without the program name) of a build
 // of toolsvc and returns the process exit code: 0 success, 1 failure, 2 bad
 // usage or configuration, 3 a call waits for a person, 4 refused by the
-// server. lookupEnv reads the environment (os.LookupEnv).
+// server, 5 a call's outcome is UNKNOWN (the tool may have acted). lookupEnv reads the environment (os.LookupEnv).
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool), b Build) int {
 	return run(context.WithValue(ctx, buildKey{}, b), args, stdout, stderr, lookupEnv)
 }

@@ -54,13 +54,14 @@ key and arguments and print that outcome: the call's result once approved,
 DENIED when denied. Waiting ends when the approval expires or after
 --wait-timeout.
 
-Exit status: 0 SUCCEEDED; 1 FAILED, DENIED or UNKNOWN (or an approval that
-expired while --wait waited); 3 APPROVAL_REQUIRED or PREVIEW_REQUIRED (the
-call waits on a person; the output says what to run next); 2 bad usage; 4 an
-error from the server.`,
+Exit status: 0 SUCCEEDED; 1 FAILED or DENIED (or an approval that expired
+while --wait waited); 2 bad usage; 3 APPROVAL_REQUIRED or PREVIEW_REQUIRED
+(the call waits on a person; the output says what to run next); 4 an error
+from the server; 5 UNKNOWN (the tool may have acted: check before calling
+again with another key).`,
 		Example: `  toolsvc call echo echo --args '{"message": "hello"}'
-  toolsvc call notes write --key todo-1 --args-file note.json
-  toolsvc call notes__write --key todo-1 --wait --args '{"path": "/a.md", "content": "hi"}'
+  toolsvc call notes write --idempotency-key todo-1 --args-file note.json
+  toolsvc call notes__write --idempotency-key todo-1 --wait --args '{"path": "/a.md", "content": "hi"}'
   echo '{"path": "/todo.md"}' | toolsvc call notes read --task t1 -`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -78,7 +79,7 @@ error from the server.`,
 	fs := cmd.Flags()
 	fs.StringVar(&argsJSON, "args", "", "arguments as a JSON object")
 	fs.StringVar(&in.argsFile, "args-file", "", `file holding the arguments as a JSON object ("-": standard input)`)
-	fs.StringVar(&in.key, "key", "", "idempotency key (default: the server generates one and prints it)")
+	idempotencyKeyFlag(cmd, &in.key, "idempotency key (default: the server generates one and prints it)")
 	fs.StringVar(&in.task, "task", "", "task id (policies judge calls against the task's history)")
 	fs.StringVar(&in.trace, "trace", "", "trace id")
 	fs.StringVar(&in.step, "step", "", "step id within the task")
@@ -225,6 +226,8 @@ func outcomeExit(o toolsvcv1.Outcome) error {
 		return nil
 	case toolsvcv1.Outcome_OUTCOME_APPROVAL_REQUIRED, toolsvcv1.Outcome_OUTCOME_PREVIEW_REQUIRED:
 		return &exitError{code: exitWaiting}
+	case toolsvcv1.Outcome_OUTCOME_UNKNOWN:
+		return &exitError{code: exitUnknown}
 	}
 	return &exitError{code: exitFailure}
 }
@@ -324,7 +327,7 @@ func (in *callInput) followUp(c *client, key, flag, value string) []string {
 	case len(in.args.GetFields()) > 0:
 		parts = append(parts, "--args", shellQuote(compactJSON(in.args)))
 	}
-	parts = append(parts, "--key", shellQuote(key))
+	parts = append(parts, "--idempotency-key", shellQuote(key))
 	for _, kv := range [][2]string{{"--task", in.task}, {"--trace", in.trace}, {"--step", in.step}, {"--autonomy", in.autonomy}} {
 		if kv[1] != "" {
 			parts = append(parts, kv[0], shellQuote(kv[1]))
@@ -348,14 +351,14 @@ func newCallsCommand(lookupEnv env) *cobra.Command {
 
 	var id, key string
 	get := &cobra.Command{
-		Use:   "get (--id ID | --key KEY)",
+		Use:   "get (--id ID | --idempotency-key KEY)",
 		Short: "Show a call by id, or by the calling principal's idempotency key",
 		Example: `  toolsvc calls get --id 01K2...
-  toolsvc calls get --key todo-1 --principal agent-1`,
+  toolsvc calls get --idempotency-key todo-1 --principal agent-1`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if (id == "") == (key == "") {
-				return usage(errors.New("give exactly one of --id and --key"))
+				return usage(errors.New("give exactly one of --id and --idempotency-key"))
 			}
 			req := &toolsvcv1.GetCallRequest{}
 			if id != "" {
@@ -378,7 +381,7 @@ func newCallsCommand(lookupEnv env) *cobra.Command {
 		},
 	}
 	get.Flags().StringVar(&id, "id", "", "the call's id")
-	get.Flags().StringVar(&key, "key", "", "the idempotency key (of the principal given by --principal)")
+	idempotencyKeyFlag(get, &key, "the idempotency key (of the principal given by --principal)")
 
 	var outcome, comment string
 	resolve := &cobra.Command{
@@ -464,3 +467,23 @@ func printCall(w io.Writer, call *toolsvcv1.Call) error {
 	f.add("Expires", whenRel(call.GetExpireTime()))
 	return f.flush()
 }
+
+// idempotencyKeyFlag defines --idempotency-key on cmd, and --key as its
+// deprecated alias: the name it had, which read too close to --key-file
+// (TLS). Scripts that pass --key keep working, and are told the new name on
+// stderr.
+func idempotencyKeyFlag(cmd *cobra.Command, key *string, help string) {
+	fs := cmd.Flags()
+	fs.StringVar(key, "idempotency-key", "", help)
+	fs.StringVar(key, "key", "", help)
+	_ = fs.MarkDeprecated("key", "use --idempotency-key")
+	// pflag says so on the flag set's output, which cobra otherwise
+	// discards.
+	fs.SetOutput(commandStderr{cmd})
+}
+
+// commandStderr writes to the command's stderr as it is when written to
+// (set on the root command after this one is made).
+type commandStderr struct{ cmd *cobra.Command }
+
+func (w commandStderr) Write(p []byte) (int, error) { return w.cmd.ErrOrStderr().Write(p) }

@@ -27,18 +27,18 @@ type callNode struct {
 func newCallTreeCommand(cf *clientFlags, lookupEnv env) *cobra.Command {
 	var id, key string
 	cmd := &cobra.Command{
-		Use:   "tree (--id ID | --key KEY)",
+		Use:   "tree (--id ID | --idempotency-key KEY)",
 		Short: "Show a call and the calls its tool made as steps, and theirs, as a tree",
 		Long: `Show a call and its steps: the calls a native tool made through the pipeline
 while it ran (docs/native-tools.md), with their steps in turn. Each line is
 one call: its step id, tool and action, state and id. -o json prints each
 call as GetCall returns it, with its steps under "steps".`,
-		Example: `  toolsvc calls tree --key rel-1 --principal agent-1
+		Example: `  toolsvc calls tree --idempotency-key rel-1 --principal agent-1
   toolsvc calls tree --id 01K2... -o json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if (id == "") == (key == "") {
-				return usage(errors.New("give exactly one of --id and --key"))
+				return usage(errors.New("give exactly one of --id and --idempotency-key"))
 			}
 			req := &toolsvcv1.GetCallRequest{}
 			if id != "" {
@@ -82,7 +82,7 @@ call as GetCall returns it, with its steps under "steps".`,
 		},
 	}
 	cmd.Flags().StringVar(&id, "id", "", "the call's id")
-	cmd.Flags().StringVar(&key, "key", "", "the idempotency key (of the principal given by --principal)")
+	idempotencyKeyFlag(cmd, &key, "the idempotency key (of the principal given by --principal)")
 	return cmd
 }
 

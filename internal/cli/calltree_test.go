@@ -12,11 +12,11 @@ import (
 func TestCallTree(t *testing.T) {
 	t.Parallel()
 	addr := startServer(t)
-	out, _ := expect(t, exitWaiting, addr, "call", "release", "run", "--principal", "agent-1", "--key", "rel-t",
+	out, _ := expect(t, exitWaiting, addr, "call", "release", "run", "--principal", "agent-1", "--idempotency-key", "rel-t",
 		"--args", `{"version": "v1"}`)
 	mustContain(t, "parked release", out, "APPROVAL_REQUIRED", "waits for its step deploy (pipeline.deploy")
 
-	out, _ = expect(t, exitOK, addr, "calls", "tree", "--key", "rel-t", "--principal", "agent-1")
+	out, _ = expect(t, exitOK, addr, "calls", "tree", "--idempotency-key", "rel-t", "--principal", "agent-1")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 5 {
 		t.Fatalf("tree:\n%s", out)
@@ -31,7 +31,7 @@ func TestCallTree(t *testing.T) {
 		mustContain(t, "tree line", lines[i], want...)
 	}
 
-	out, _ = expect(t, exitOK, addr, "calls", "tree", "--key", "rel-t", "--principal", "agent-1", "-o", "json")
+	out, _ = expect(t, exitOK, addr, "calls", "tree", "--idempotency-key", "rel-t", "--principal", "agent-1", "-o", "json")
 	var tree struct {
 		Call struct {
 			CallID       string   `json:"call_id"`
@@ -52,9 +52,9 @@ func TestCallTree(t *testing.T) {
 		t.Fatalf("tree as JSON:\n%s", out)
 	}
 
-	out, _ = expect(t, exitOK, addr, "calls", "get", "--key", "rel-t/deploy", "--principal", "agent-1")
+	out, _ = expect(t, exitOK, addr, "calls", "get", "--idempotency-key", "rel-t/deploy", "--principal", "agent-1")
 	mustContain(t, "step", out, "Parent:          "+tree.Call.CallID, "Step:            deploy")
-	out, _ = expect(t, exitOK, addr, "calls", "get", "--key", "rel-t", "--principal", "agent-1")
+	out, _ = expect(t, exitOK, addr, "calls", "get", "--idempotency-key", "rel-t", "--principal", "agent-1")
 	mustContain(t, "release", out, "Steps:           3 (toolsvc calls tree --id "+tree.Call.CallID+")")
 
 	id, _ := expect(t, exitOK, addr, "approvals", "list", "--state", "pending", "--tool", "pipeline", "-q")
@@ -63,5 +63,5 @@ func TestCallTree(t *testing.T) {
 		"Their retry of that call goes on from here.")
 
 	_, stderr := expect(t, exitUsage, addr, "calls", "tree")
-	mustContain(t, "no selector", stderr, "give exactly one of --id and --key")
+	mustContain(t, "no selector", stderr, "give exactly one of --id and --idempotency-key")
 }

@@ -35,6 +35,9 @@ import (
 const (
 	exitWaiting = 3 // the call waits on a person: an approval or a preview
 	exitRPC     = 4 // the server (or the connection to it) answered an error
+	// exitUnknown: the outcome is UNKNOWN, the tool may have acted (or
+	// not). Not a failure to retry blindly: find out first.
+	exitUnknown = 5
 )
 
 // exitError ends a command with an exit code. The command has already

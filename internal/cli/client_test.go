@@ -152,15 +152,23 @@ func shellWords(t *testing.T, line string) []string {
 func TestCallEcho(t *testing.T) {
 	t.Parallel()
 	addr := startServer(t)
-	out, _ := expect(t, exitOK, addr, "call", "echo", "echo", "--args", `{"message": "hello", "uppercase": true}`, "--key", "e-1")
+	out, _ := expect(t, exitOK, addr, "call", "echo", "echo", "--args", `{"message": "hello", "uppercase": true}`, "--idempotency-key", "e-1")
 	if got := field(t, out, "Outcome"); got != "SUCCEEDED" {
 		t.Fatalf("outcome %q", got)
 	}
 	mustContain(t, "call output", out, "Key:      e-1", "Risk:     LOW", "Gate:     ALLOW", "Message:  echo: HELLO", `"message": "HELLO"`)
 
 	// The same key again is a replay, said so.
-	out, _ = expect(t, exitOK, addr, "call", "echo", "echo", "--args", `{"message": "hello", "uppercase": true}`, "--key", "e-1")
+	out, _ = expect(t, exitOK, addr, "call", "echo", "echo", "--args", `{"message": "hello", "uppercase": true}`, "--idempotency-key", "e-1")
 	mustContain(t, "replay", out, "SUCCEEDED (replayed")
+
+	// --key, the flag's old name, still names the idempotency key; it says
+	// the new name on stderr.
+	out, stderr := expect(t, exitOK, addr, "call", "echo", "echo", "--args", `{"message": "hello", "uppercase": true}`, "--key", "e-1")
+	mustContain(t, "replay by --key", out, "SUCCEEDED (replayed", "Key:      e-1")
+	mustContain(t, "--key's deprecation", stderr, "--key has been deprecated, use --idempotency-key")
+	out, _ = expect(t, exitOK, addr, "calls", "get", "--key", "e-1")
+	mustContain(t, "calls get --key", out, "Key:", "e-1")
 
 	// Arguments from a file, and from standard input.
 	file := filepath.Join(t.TempDir(), "args.json")
@@ -198,13 +206,14 @@ func runWithInput(t *testing.T, addr, stdin string, args ...string) (string, err
 func TestCallOutcomesExitCodes(t *testing.T) {
 	t.Parallel()
 	addr := startServer(t)
-	// A tool failure, a policy denial (delete must read first, in a task)
-	// and an unknown outcome all exit 1 and say what happened.
+	// A tool failure and a policy denial (delete must read first, in a
+	// task) exit 1, an unknown outcome ("may have acted") 5; each says what
+	// happened.
 	out, _ := expect(t, exitFailure, addr, "call", "flaky", "run", "--args", `{"mode": "fail"}`)
 	mustContain(t, "failed", out, "Outcome:  FAILED", "flaky: failed as requested")
 	out, _ = expect(t, exitFailure, addr, "call", "notes", "delete", "--args", `{"path": "/x.md"}`)
 	mustContain(t, "denied", out, "Outcome:  DENIED", "requires an earlier read")
-	out, _ = expect(t, exitFailure, addr, "call", "flaky", "run", "--args", `{"mode": "unknown"}`, "--key", "u-1")
+	out, _ = expect(t, exitUnknown, addr, "call", "flaky", "run", "--args", `{"mode": "unknown"}`, "--idempotency-key", "u-1")
 	if got := field(t, out, "Outcome"); got != "UNKNOWN" {
 		t.Fatalf("outcome %q", got)
 	}
@@ -213,8 +222,8 @@ func TestCallOutcomesExitCodes(t *testing.T) {
 	// calls get by id and by key; calls resolve settles it.
 	out, _ = expect(t, exitOK, addr, "calls", "get", "--id", callID)
 	mustContain(t, "calls get --id", out, "State:", "UNKNOWN", "flaky.run (version 1)", "Key:", "u-1")
-	out, _ = expect(t, exitOK, addr, "calls", "get", "--key", "u-1")
-	mustContain(t, "calls get --key", out, callID)
+	out, _ = expect(t, exitOK, addr, "calls", "get", "--idempotency-key", "u-1")
+	mustContain(t, "calls get --idempotency-key", out, callID)
 	out, _ = expect(t, exitOK, addr, "calls", "resolve", callID, "--outcome", "failed", "--comment", "checked the upstream log", "--principal", "ops-1")
 	mustContain(t, "calls resolve", out, "Resolved call "+callID+" as FAILED", "Resolved by:", "ops-1", "checked the upstream log")
 	_, stderr := expect(t, exitRPC, addr, "calls", "resolve", callID, "--outcome", "succeeded", "--comment", "again")
@@ -240,7 +249,7 @@ func TestCallApprovalFlow(t *testing.T) {
 	t.Parallel()
 	addr := startServer(t)
 	args := `{"path": "/todo.md", "content": "- buy milk\n- it's 'quoted'\n"}`
-	out, _ := expect(t, exitWaiting, addr, "call", "notes", "write", "--args", args, "--key", "todo-1", "--task", "t1", "--principal", "agent-1")
+	out, _ := expect(t, exitWaiting, addr, "call", "notes", "write", "--args", args, "--idempotency-key", "todo-1", "--task", "t1", "--principal", "agent-1")
 	if got := field(t, out, "Outcome"); got != "APPROVAL_REQUIRED" {
 		t.Fatalf("outcome %q", got)
 	}
@@ -249,11 +258,12 @@ func TestCallApprovalFlow(t *testing.T) {
 		t.Fatalf("no pending approval in:\n%s", out)
 	}
 	approvalID := m[1]
+	parked := out
 	mustContain(t, "approval output", out, "Expires:", "(in ", "Gate:      CONFIRM", `other than "agent-1"`)
 	approve := printedCommand(t, out, "toolsvc approvals approve")
 	rerun := printedCommand(t, out, "toolsvc call")
 	want := []string{"call", "notes", "write", "--args", `{"content":"- buy milk\n- it's 'quoted'\n","path":"/todo.md"}`,
-		"--key", "todo-1", "--task", "t1", "--addr", addr, "--principal", "agent-1", "--approval", approvalID}
+		"--idempotency-key", "todo-1", "--task", "t1", "--addr", addr, "--principal", "agent-1", "--approval", approvalID}
 	if strings.Join(rerun, "\x00") != strings.Join(want, "\x00") {
 		t.Fatalf("re-run command\n got %q\nwant %q", rerun, want)
 	}
@@ -266,6 +276,10 @@ func TestCallApprovalFlow(t *testing.T) {
 	mustContain(t, "approvals list", out, "ID", "STATE", approvalID, "PENDING", "notes.write", "agent-1", "HIGH")
 	out, _ = expect(t, exitOK, addr, "approvals", "get", approvalID)
 	mustContain(t, "approvals get", out, "Requester:  agent-1", `"path": "/todo.md"`, "Key:        todo-1", "Task:       t1")
+	// --wide adds what the narrow table leaves to `approvals get`: the
+	// creation time, the key and the call.
+	out, _ = expect(t, exitOK, addr, "approvals", "list", "--wide", "--state", "pending", "--tool", "notes")
+	mustContain(t, "approvals list --wide", out, "CREATED", "KEY", "CALL", "RESOLVER", approvalID, "todo-1", field(t, parked, "Call"))
 
 	// The requester may not approve its own call.
 	_, stderr := expect(t, exitRPC, addr, "approvals", "approve", approvalID, "--principal", "agent-1")
@@ -307,25 +321,25 @@ func TestCallApprovalFlow(t *testing.T) {
 func TestCallDenied(t *testing.T) {
 	t.Parallel()
 	addr := startServer(t)
-	out, _ := expect(t, exitWaiting, addr, "call", "notes", "write", "--args", `{"path": "/a.md", "content": "x"}`, "--key", "a-1")
+	out, _ := expect(t, exitWaiting, addr, "call", "notes", "write", "--args", `{"path": "/a.md", "content": "x"}`, "--idempotency-key", "a-1")
 	approvalID := strings.Fields(field(t, out, "Approval"))[0]
 	_, stderr := expect(t, exitUsage, addr, "approvals", "deny", approvalID, "--principal", "boss")
 	mustContain(t, "deny without comment", stderr, "--comment is required")
 	out, _ = expect(t, exitOK, addr, "approvals", "deny", approvalID, "--principal", "boss", "--comment", "not today")
 	mustContain(t, "deny", out, "Denied "+approvalID)
-	out, _ = expect(t, exitFailure, addr, "call", "notes", "write", "--args", `{"path": "/a.md", "content": "x"}`, "--key", "a-1")
+	out, _ = expect(t, exitFailure, addr, "call", "notes", "write", "--args", `{"path": "/a.md", "content": "x"}`, "--idempotency-key", "a-1")
 	mustContain(t, "denied call", out, "Outcome:  DENIED", "not today")
 }
 
 func TestCallPreview(t *testing.T) {
 	t.Parallel()
 	addr := startServer(t)
-	args := []string{"call", "notes", "write", "--args", `{"path": "/p.md", "content": "hello"}`, "--key", "p-1", "--autonomy", "AUTONOMOUS"}
+	args := []string{"call", "notes", "write", "--args", `{"path": "/p.md", "content": "hello"}`, "--idempotency-key", "p-1", "--autonomy", "AUTONOMOUS"}
 	out, _ := expect(t, exitWaiting, addr, args...)
 	mustContain(t, "preview", out, "Outcome:        PREVIEW_REQUIRED", "Gate:           PREVIEW", "would create /p.md", `"operation": "create"`, "Token expires:", "The call has not run")
 	token := field(t, out, "Preview token")
 	rerun := printedCommand(t, out, "toolsvc call")
-	want := []string{"call", "notes", "write", "--args", `{"content":"hello","path":"/p.md"}`, "--key", "p-1", "--autonomy", "autonomous", "--addr", addr, "--preview-token", token}
+	want := []string{"call", "notes", "write", "--args", `{"content":"hello","path":"/p.md"}`, "--idempotency-key", "p-1", "--autonomy", "autonomous", "--addr", addr, "--preview-token", token}
 	if strings.Join(rerun, "\x00") != strings.Join(want, "\x00") {
 		t.Fatalf("re-run command\n got %q\nwant %q", rerun, want)
 	}
@@ -352,6 +366,11 @@ func TestToolsCommands(t *testing.T) {
 	}
 	out, _ = expect(t, exitOK, addr, "tools", "get", "notes")
 	mustContain(t, "tools get", out, "Name:", "notes", "Scopes:", "read before write", "write  risk HIGH", "arguments: path (string, required), content (string, required)")
+	// An argument's allowed values and its description, whole.
+	out, _ = expect(t, exitOK, addr, "tools", "get", "flaky")
+	mustContain(t, "tools get flaky", out,
+		"mode (string, required, one of", `"ok"|"fail"|"error"|"retryable"|"hang"|"hang_unknown"|"panic"|"rate_limit"|"unknown")`,
+		"mode: How the call ends.")
 	_, stderr := expect(t, exitRPC, addr, "tools", "get", "nope")
 	mustContain(t, "unknown tool", stderr, "NotFound", "TOOL_NOT_FOUND")
 
@@ -645,7 +664,7 @@ func TestWatchApprovals(t *testing.T) {
 	out, stop := watch(t, addr, "approvals", "watch", "--tool", "notes")
 	// The call may land before the stream opens or after: the server sends
 	// pending approvals first, so either way it prints.
-	expect(t, exitWaiting, addr, "call", "notes", "write", "--args", `{"path": "/w.md", "content": "x"}`, "--key", "w-1", "--principal", "agent-1")
+	expect(t, exitWaiting, addr, "call", "notes", "write", "--args", `{"path": "/w.md", "content": "x"}`, "--idempotency-key", "w-1", "--principal", "agent-1")
 	waitFor(t, out, `(?m)^.*PENDING\s+\S+\s+notes\.write\s+requester=agent-1 risk=HIGH key=w-1 expires=`)
 	id := regexp.MustCompile(`PENDING\s+(\S+)`).FindStringSubmatch(out.String())[1]
 	expect(t, exitOK, addr, "approvals", "approve", id, "--principal", "boss", "--comment", "ok")
@@ -706,7 +725,7 @@ func TestClientUsageErrors(t *testing.T) {
 		{"call", "echo", "echo", "--principal", "bad\x01id"},
 		{"call", "echo", "echo", "--no-such-flag"},
 		{"calls", "get"},
-		{"calls", "get", "--id", "a", "--key", "b"},
+		{"calls", "get", "--id", "a", "--idempotency-key", "b"},
 		{"calls", "resolve", "x", "--outcome", "failed"},
 		{"calls", "resolve", "x", "--outcome", "unknown", "--comment", "c"},
 		{"tools", "get"},
@@ -729,7 +748,7 @@ func TestClientUsageErrors(t *testing.T) {
 		{"approvals", "approve", "x", "--comment", "\xff"},
 		{"health", "drain", "echo", "--reason", "down\x00"},
 		{"health", "watch", "echo", "\xff"},
-		{"call", "echo", "echo", "--key", "k\xff"},
+		{"call", "echo", "echo", "--idempotency-key", "k\xff"},
 	} {
 		code, stdout, stderr := cli(t, addr, args...)
 		if code != exitUsage || !strings.HasPrefix(stderr, "toolsvc: ") || stdout != "" {
@@ -757,18 +776,18 @@ func TestClientEnvironment(t *testing.T) {
 	addr := startServer(t)
 	// TOOLSVC_PRINCIPAL names the caller; --principal wins over it.
 	code, out, stderr := runCmd(t, map[string]string{envAddr: addr, envPrincipal: "env-agent"},
-		"call", "notes", "write", "--args", `{"path": "/e.md", "content": "x"}`, "--key", "e-1")
+		"call", "notes", "write", "--args", `{"path": "/e.md", "content": "x"}`, "--idempotency-key", "e-1")
 	if code != exitWaiting || !strings.Contains(out, `other than "env-agent"`) || !strings.Contains(out, "--principal env-agent") {
 		t.Fatalf("exit %d\n%s%s", code, out, stderr)
 	}
 	code, out, _ = runCmd(t, map[string]string{envAddr: addr, envPrincipal: "env-agent"},
-		"calls", "get", "--key", "e-1", "--principal", "someone-else")
+		"calls", "get", "--idempotency-key", "e-1", "--principal", "someone-else")
 	if code != exitRPC {
 		t.Fatalf("another principal's key: exit %d\n%s", code, out)
 	}
 	// --addr wins over TOOLSVC_ADDR, and is repeated in follow-up commands.
 	code, out, _ = runCmd(t, map[string]string{envAddr: "127.0.0.1:1"},
-		"call", "notes", "write", "--args", `{"path": "/f.md", "content": "x"}`, "--key", "f-1", "--addr", addr)
+		"call", "notes", "write", "--args", `{"path": "/f.md", "content": "x"}`, "--idempotency-key", "f-1", "--addr", addr)
 	if code != exitWaiting || !strings.Contains(out, "--addr "+addr) {
 		t.Fatalf("exit %d\n%s", code, out)
 	}

@@ -129,9 +129,9 @@ func TestToolsExport(t *testing.T) {
 func TestCallByExportedNameCLI(t *testing.T) {
 	t.Parallel()
 	addr := startServer(t)
-	out, _ := expect(t, exitOK, addr, "call", "echo", "--args", `{"message":"hi","uppercase":null}`, "--key", "x-1")
+	out, _ := expect(t, exitOK, addr, "call", "echo", "--args", `{"message":"hi","uppercase":null}`, "--idempotency-key", "x-1")
 	mustContain(t, "call echo", out, "Outcome:  SUCCEEDED", "Message:  echo: hi")
-	out, _ = expect(t, exitOK, addr, "call", "echo", "echo", "--args", `{"message":"hi"}`, "--key", "x-1")
+	out, _ = expect(t, exitOK, addr, "call", "echo", "echo", "--args", `{"message":"hi"}`, "--idempotency-key", "x-1")
 	mustContain(t, "same call by tool and action", out, "replayed")
 	_, stderr := expect(t, exitRPC, addr, "call", "echo__nope")
 	mustContain(t, "unknown name", stderr, "NotFound", "TOOL_NOT_FOUND")
@@ -170,7 +170,7 @@ func TestCallWait(t *testing.T) {
 		return done
 	}
 
-	done := run("call", "notes__write", "--wait", "--principal", "agent-1", "--key", "w-1", "--args", `{"path":"/w.md","content":"hi"}`)
+	done := run("call", "notes__write", "--wait", "--principal", "agent-1", "--idempotency-key", "w-1", "--args", `{"path":"/w.md","content":"hi"}`)
 	id := pending()
 	out, _ := expect(t, exitOK, addr, "approvals", "approve", id, "--principal", "approver-1", "--comment", "go ahead")
 	mustContain(t, "approve", out, "Approved "+id)
@@ -182,7 +182,7 @@ func TestCallWait(t *testing.T) {
 		"Outcome:  SUCCEEDED", "created /w.md")
 
 	// Denied: the stored denial, exit 1.
-	done = run("call", "notes", "write", "--wait", "--principal", "agent-1", "--key", "w-2", "--args", `{"path":"/x.md","content":"hi"}`)
+	done = run("call", "notes", "write", "--wait", "--principal", "agent-1", "--idempotency-key", "w-2", "--args", `{"path":"/x.md","content":"hi"}`)
 	id = pending()
 	expect(t, exitOK, addr, "approvals", "deny", id, "--principal", "approver-1", "--comment", "not today")
 	r = <-done
@@ -194,7 +194,7 @@ func TestCallWait(t *testing.T) {
 	// Nobody resolves it within --wait-timeout: exit 3, still waiting; JSON
 	// prints the parked answer.
 	code, stdout, _ := cli(t, addr, "call", "notes", "write", "--wait", "--wait-timeout", "300ms", "-o", "json",
-		"--principal", "agent-1", "--key", "w-3", "--args", `{"path":"/y.md","content":"hi"}`)
+		"--principal", "agent-1", "--idempotency-key", "w-3", "--args", `{"path":"/y.md","content":"hi"}`)
 	var parked map[string]any
 	if code != exitWaiting || json.Unmarshal([]byte(stdout), &parked) != nil || parked["outcome"] != "OUTCOME_APPROVAL_REQUIRED" {
 		t.Fatalf("timeout: exit %d\n%s", code, stdout)

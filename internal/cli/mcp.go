@@ -261,8 +261,9 @@ func newMCPCallCommand(f *mcpFlags, lookupEnv env) *cobra.Command {
 and print the result as an MCP client receives it: its outcome, call and
 text. A call parked behind an approval is held by the server (mcp.approval_wait)
 while a person decides; calling again with the same arguments resumes it.
-Exit status: 0 SUCCEEDED; 1 FAILED, DENIED or UNKNOWN; 3 the call waits on a
-person; 4 refused, or the server could not be reached.`,
+Exit status: 0 SUCCEEDED; 1 FAILED or DENIED; 3 the call waits on a person;
+4 refused, or the server could not be reached; 5 UNKNOWN (the tool may have
+acted).`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, pos []string) error {
 			var arguments json.RawMessage
@@ -298,7 +299,7 @@ person; 4 refused, or the server could not be reached.`,
 		},
 	}
 	cmd.Flags().StringVar(&args, "args", "", "arguments as a JSON object")
-	cmd.Flags().StringVar(&key, "key", "", "idempotency key, sent in _meta (io.toolsvc/idempotency_key)")
+	idempotencyKeyFlag(cmd, &key, "idempotency key, sent in _meta (io.toolsvc/idempotency_key)")
 	return cmd
 }
 
@@ -340,6 +341,8 @@ func mcpExit(res *mcp.CallToolResult) error {
 		return &exitError{code: exitWaiting}
 	case outcome == "ERROR":
 		return &exitError{code: exitRPC}
+	case outcome == "UNKNOWN":
+		return &exitError{code: exitUnknown}
 	}
 	return &exitError{code: exitFailure}
 }

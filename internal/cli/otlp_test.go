@@ -138,7 +138,7 @@ func TestOTLPExport(t *testing.T) {
 	waitServing(t, addr)
 
 	out, err := exec.Command(bin, "call", "echo", "echo", "--addr", addr, "--principal", "agent-1",
-		"--key", "otlp-1", "--args", `{"message": "traced"}`).CombinedOutput()
+		"--idempotency-key", "otlp-1", "--args", `{"message": "traced"}`).CombinedOutput()
 	if err != nil {
 		t.Fatalf("toolsvc call: %v\n%s", err, out)
 	}

@@ -42,6 +42,11 @@ must be up to date (toolsvc migrate up, or --migrate).`,
 			if err := app.NotDumpable(); err != nil {
 				log.Warn("could not make the process non-dumpable; stdio MCP servers running as this user can read its environment", "error", err.Error())
 			}
+			// Before any stdio MCP server is started: an address another
+			// process holds fails now, not after the children ran.
+			if err := app.CheckAddresses(cfg); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 

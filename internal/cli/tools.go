@@ -255,6 +255,10 @@ func printTool(w io.Writer, t *toolsvcv1.Tool) error {
 		}
 		fmt.Fprintf(w, "    %s\n", strings.Join(wrap(a.GetDescription(), termWidth-4), "\n    "))
 		fmt.Fprintf(w, "    %s\n", strings.Join(wrap("arguments: "+schemaSummary(a.GetInputSchema(), a.GetInputSchemaJson()), termWidth-4), "\n      "))
+		// What a model reads about each argument, whole.
+		for _, d := range argumentDescriptions(a.GetInputSchema(), a.GetInputSchemaJson()) {
+			fmt.Fprintf(w, "      %s\n", strings.Join(wrap(d, termWidth-6), "\n        "))
+		}
 		if r := a.GetResourceArgument(); r != "" {
 			fmt.Fprintf(w, "    resource: %s\n", r)
 		}
@@ -369,6 +373,9 @@ func schemaSummary(s *structpb.Struct, text string) string {
 		if required[n] {
 			attrs = append(attrs, "required")
 		}
+		if enum := enumValues(props[n].GetStructValue()); enum != "" {
+			attrs = append(attrs, "one of "+enum)
+		}
 		if len(attrs) > 0 {
 			n += " (" + strings.Join(attrs, ", ") + ")"
 		}
@@ -410,4 +417,35 @@ func propertyOrder(text string) []string {
 		return names
 	}
 	return nil
+}
+
+// argumentDescriptions are "name: description" for the arguments of a
+// schema that have a description, in schemaSummary's order.
+func argumentDescriptions(s *structpb.Struct, text string) []string {
+	props := s.GetFields()["properties"].GetStructValue().GetFields()
+	names := propertyOrder(text)
+	if len(names) != len(props) {
+		names = slices.Sorted(maps.Keys(props))
+	}
+	var out []string
+	for _, n := range names {
+		if d := strings.TrimSpace(props[n].GetStructValue().GetFields()["description"].GetStringValue()); d != "" {
+			out = append(out, n+": "+d)
+		}
+	}
+	return out
+}
+
+// enumValues lists the values an argument's "enum" allows (JSON text, so
+// that "1" and 1 differ), "|"-separated; "" without an enum.
+func enumValues(prop *structpb.Struct) string {
+	var vals []string
+	for _, v := range prop.GetFields()["enum"].GetListValue().GetValues() {
+		b, err := json.Marshal(v.AsInterface())
+		if err != nil {
+			continue
+		}
+		vals = append(vals, string(b))
+	}
+	return strings.Join(vals, "|")
 }

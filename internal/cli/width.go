@@ -1,22 +1,42 @@
 package cli
 
 import (
-	"fmt"
 	"io"
+	"os"
 	"strings"
+	"text/tabwriter"
 	"unicode/utf8"
+
+	"golang.org/x/term"
 )
 
-// termWidth is the width human output fits in: a 100-column terminal.
+// termWidth is the width human output fits in when it does not go to a
+// terminal (a pipe, a file, a test), and the width of the commands and
+// messages printed for a person to copy or read: a 100-column terminal.
 // Scripts use -o json, which is never cut.
 const termWidth = 100
 
-// table prints aligned columns that fit termWidth: when the rows are wider,
-// the last column is cut first, then the widest that may be cut (cut cells
-// end in "…"). Columns holding identifiers a person copies into the next
-// command are never cut.
+// outputWidth is the width of the terminal w writes to, or termWidth when
+// w is not a terminal (or is narrower than makes sense to fit).
+func outputWidth(w io.Writer) int {
+	f, ok := w.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return termWidth
+	}
+	cols, _, err := term.GetSize(int(f.Fd()))
+	if err != nil || cols < 40 {
+		return termWidth
+	}
+	return cols
+}
+
+// table prints aligned columns (text/tabwriter) that fit the width of the
+// terminal they go to: when the rows are wider, the last column is cut
+// first, then the widest that may be cut (cut cells end in "…"). Columns
+// holding identifiers a person copies into the next command are never cut.
 type table struct {
 	w      io.Writer
+	width  int
 	header []string
 	keep   []bool
 	rows   [][]string
@@ -25,7 +45,7 @@ type table struct {
 // newTable starts a table; a header ending in "!" names a column that is
 // never cut (the "!" is not printed).
 func newTable(w io.Writer, header ...string) *table {
-	t := &table{w: w, header: make([]string, len(header)), keep: make([]bool, len(header))}
+	t := &table{w: w, width: outputWidth(w), header: make([]string, len(header)), keep: make([]bool, len(header))}
 	for i, h := range header {
 		t.header[i], t.keep[i] = strings.TrimSuffix(h, "!"), strings.HasSuffix(h, "!")
 	}
@@ -36,7 +56,7 @@ func (t *table) row(cells ...string) {
 	r := make([]string, len(t.header))
 	for i := range r {
 		if i < len(cells) {
-			r[i] = strings.ReplaceAll(cells[i], "\n", " ")
+			r[i] = strings.NewReplacer("\n", " ", "\t", " ").Replace(cells[i])
 		}
 	}
 	t.rows = append(t.rows, r)
@@ -60,7 +80,7 @@ func (t *table) flush() error {
 		return n
 	}
 	last := len(widths) - 1
-	for total() > termWidth {
+	for total() > t.width {
 		// The last column (a description, a detail) gives way first.
 		if !t.keep[last] && widths[last] > 2*minCut {
 			widths[last]--
@@ -77,20 +97,17 @@ func (t *table) flush() error {
 		}
 		widths[widest]--
 	}
-	var b strings.Builder
+	tw := tabwriter.NewWriter(t.w, 0, 0, 2, ' ', 0)
 	for _, r := range append([][]string{t.header}, t.rows...) {
+		cells := make([]string, len(r))
 		for i, c := range r {
-			c = cut(c, widths[i])
-			if i == len(r)-1 {
-				b.WriteString(c)
-				break
-			}
-			fmt.Fprintf(&b, "%s%s  ", c, strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c)))
+			cells[i] = cut(c, widths[i])
 		}
-		b.WriteString(strings.TrimRight("", " ") + "\n")
+		if _, err := io.WriteString(tw, strings.Join(cells, "\t")+"\n"); err != nil {
+			return err
+		}
 	}
-	_, err := io.WriteString(t.w, b.String())
-	return err
+	return tw.Flush()
 }
 
 // cut shortens s to n characters, ending in "…" when it was longer.

@@ -3,11 +3,13 @@ package e2e_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/app/apptest"
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 // TestAuditBoundKeepsPendingCalls: on the memory store, one caller cannot
@@ -27,7 +29,7 @@ func TestAuditBoundKeepsPendingCalls(t *testing.T) {
 		_, err := e.call(ctx, "victim", req(t, "risk-low", "act", map[string]any{"delay_ms": 3000}, "v-2"))
 		running <- err
 	}()
-	waitFor(t, "the slow call to start", func() bool {
+	testutil.Eventually(t, 15*time.Second, "the slow call to start", func() bool {
 		c, err := e.app.Store().GetCallByKey(ctx, "victim", "v-2")
 		return err == nil && c.State == store.CallInProgress
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/app/apptest"
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 // restricted configures principals with one role each: two agents and an
@@ -91,7 +92,7 @@ func TestCalls(t *testing.T) {
 				done <- err
 			}()
 			var c *toolsvcv1.Call
-			waitFor(t, "the call to run", func() bool {
+			testutil.Eventually(t, 15*time.Second, "the call to run", func() bool {
 				got, err := e.exec.GetCall(apptest.As(ctx, p), byKey("k-running"))
 				c = got.GetCall()
 				return err == nil && c.State == toolsvcv1.CallState_CALL_STATE_IN_PROGRESS

@@ -3,12 +3,14 @@ package e2e_test
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
@@ -63,7 +65,7 @@ func TestClaimAnswersHeldKeys(t *testing.T) {
 				t.Errorf("slow call: %v", err)
 			}
 		}()
-		waitFor(t, "the slow call to be claimed", func() bool {
+		testutil.Eventually(t, 15*time.Second, "the slow call to be claimed", func() bool {
 			c, err := e.app.Store().GetCallByKey(ctx, "claimer", "k2")
 			return err == nil && c.State == store.CallInProgress
 		})

@@ -33,6 +33,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/connector"
 	"github.com/toolsvc/toolsvc/internal/secrets"
 	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 	"github.com/toolsvc/toolsvc/internal/tools/connectors"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
@@ -664,7 +665,7 @@ func TestMCPConnectorThroughTheAPI(t *testing.T) {
 
 		// The server's delete_file now takes a "recursive" flag.
 		srv.change(mcpList(`{"type":"object","properties":{"path":{"type":"string"},"recursive":{"type":"boolean"}},"required":["path"]}`))
-		waitFor(t, "a new version after list_changed", func() bool {
+		testutil.Eventually(t, 15*time.Second, "a new version after list_changed", func() bool {
 			g, err := reg.GetTool(agent, &toolsvcv1.GetToolRequest{Name: "files"})
 			return err == nil && g.GetTool().GetVersion() == 2
 		})

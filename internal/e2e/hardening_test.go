@@ -28,6 +28,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/app/apptest"
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 // The attacks of a hostile operator and agent on connectors, through the
@@ -605,7 +606,7 @@ func TestConnectorThatCannotStart(t *testing.T) {
 		ops, agent := apptest.As(ctx, "ops-1"), apptest.As(ctx, "agent-1")
 
 		var h *toolsvcv1.ToolHealth
-		waitFor(t, "the broken connector's health to say so", func() bool {
+		testutil.Eventually(t, 15*time.Second, "the broken connector's health to say so", func() bool {
 			r, err := health.GetToolHealth(ops, &toolsvcv1.GetToolHealthRequest{Tool: "broken"})
 			h = r.GetHealth()
 			return err == nil && h.GetStatus() == toolsvcv1.HealthStatus_HEALTH_STATUS_UNAVAILABLE

@@ -538,15 +538,3 @@ func wantDetail(t *testing.T, ev *store.AuditEvent, key, want string) {
 		t.Fatalf("%s detail[%s] = %q, want %q (detail %s)", ev.Type, key, got, want, ev.Detail)
 	}
 }
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/app/apptest"
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 // notesServer is a real MCP server (the official SDK) over streamable HTTP
@@ -155,7 +157,7 @@ func TestMCPServerThroughTheAPI(t *testing.T) {
 			func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 				return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "archived"}}}, nil
 			})
-		waitFor(t, "the added tool as version 2", func() bool {
+		testutil.Eventually(t, 15*time.Second, "the added tool as version 2", func() bool {
 			g, err := reg.GetTool(agent, &toolsvcv1.GetToolRequest{Name: "notes"})
 			return err == nil && g.GetTool().GetVersion() == 2 && len(g.GetTool().GetActions()) == 4
 		})

@@ -21,6 +21,7 @@ import (
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/notify"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
@@ -101,7 +102,7 @@ func TestNotificationsEndToEnd(t *testing.T) {
 		parked := e.parkAs(t, agentA, "n1", "write it")
 		id := parked.GetApproval().GetApprovalId()
 
-		waitFor(t, "approval.pending at the receiver", func() bool { return len(hooks.got()) == 1 })
+		testutil.Eventually(t, 15*time.Second, "approval.pending at the receiver", func() bool { return len(hooks.got()) == 1 })
 		msg := hooks.got()[0]
 		data, _ := msg["data"].(map[string]any)
 		if msg["type"] != "approval.pending" || data["approval_id"] != id || data["requester"] != agentA ||
@@ -120,7 +121,7 @@ func TestNotificationsEndToEnd(t *testing.T) {
 		if a := b.post("/approvals/"+id+"/resolve", url.Values{"decision": {"approve"}, "comment": {"ship it"}, "csrf": {b.csrf("/approvals/" + id)}}); a.status != http.StatusSeeOther {
 			t.Fatalf("approve: %d", a.status)
 		}
-		waitFor(t, "approval.resolved at the receiver", func() bool { return len(hooks.got()) == 2 })
+		testutil.Eventually(t, 15*time.Second, "approval.resolved at the receiver", func() bool { return len(hooks.got()) == 2 })
 		res, _ := hooks.got()[1]["data"].(map[string]any)
 		if hooks.got()[1]["type"] != "approval.resolved" || res["state"] != "APPROVED" || res["resolver"] != approver || res["comment"] != "ship it" {
 			t.Fatalf("resolution %v", hooks.got()[1])
@@ -137,7 +138,7 @@ func TestNotificationsEndToEnd(t *testing.T) {
 		ctx := testCtx(t)
 		svc := toolsvcv1.NewNotificationServiceClient(e.dial(t, nil))
 		var dead []*toolsvcv1.Delivery
-		waitFor(t, "a dead letter", func() bool {
+		testutil.Eventually(t, 15*time.Second, "a dead letter", func() bool {
 			r, err := svc.ListDeliveries(e.as(ctx, operator), &toolsvcv1.ListDeliveriesRequest{State: toolsvcv1.DeliveryState_DELIVERY_STATE_DEAD})
 			if err != nil {
 				t.Fatal(err)

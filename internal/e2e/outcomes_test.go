@@ -16,6 +16,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/config"
 	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 // TestOutcomeTable walks DESIGN §2's outcome and error table row by row on
@@ -263,7 +264,7 @@ func TestOutcomeTable(t *testing.T) {
 				done <- result{resp, err}
 			}()
 			var running *store.Call
-			waitFor(t, "the first call to be IN_PROGRESS", func() bool {
+			testutil.Eventually(t, 15*time.Second, "the first call to be IN_PROGRESS", func() bool {
 				c, err := e.app.Store().GetCallByKey(ctx, p, "k-slow")
 				running = c
 				return err == nil && c.State == store.CallInProgress
@@ -584,7 +585,7 @@ func TestDeadlineAlreadyGone(t *testing.T) {
 			t.Fatalf("want DEADLINE_EXCEEDED, got %v", err)
 		}
 		var evs []*store.AuditEvent
-		waitFor(t, "the server's refusal", func() bool {
+		testutil.Eventually(t, 15*time.Second, "the server's refusal", func() bool {
 			evs = e.events(t, ctx, store.AuditFilter{Principal: p})
 			return len(evs) > 0
 		})
@@ -648,7 +649,7 @@ func TestStoreDown(t *testing.T) {
 			return
 		}
 		proxy.Up()
-		waitFor(t, "the store to answer again", func() bool { return e.app.Store().Ping(ctx) == nil })
+		testutil.Eventually(t, 15*time.Second, "the store to answer again", func() bool { return e.app.Store().Ping(ctx) == nil })
 		e.wantNoCall(t, ctx, p, "k-down")
 		e.wantEvents(t, ctx, p, "tool_call.attempted", "tool_call.succeeded")
 		resp := e.mustCall(t, ctx, p, req(t, "spare", "act", nil, "k-down"), succeeded)

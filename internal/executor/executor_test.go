@@ -258,6 +258,27 @@ func TestExitsAfterTheLookup(t *testing.T) {
 		if resp.Decision != store.DecisionConfirm || r.stored("k").State != store.CallAwaitingApproval {
 			t.Fatalf("response %+v", resp)
 		}
+		if want := "(MEDIUM risk at SUPERVISED autonomy calls for a preview, and the tool's preview failed)"; !strings.Contains(resp.Result.Message, want) {
+			t.Fatalf("message %q does not say %q", resp.Result.Message, want)
+		}
+	})
+
+	t.Run("cannot preview: approval instead, and the message says why", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t, rigOptions{}, standardTools()...)
+		n := r.trailLen()
+		resp := r.ok(ctx, req("blunt", "k", `{}`), store.OutcomeApprovalRequired)
+		ev := r.wantNewEvents(n, audit.GateRequired)[0]
+		wantDetail(t, ev, "escalated_from_preview", true)
+		want := `(MEDIUM risk at SUPERVISED autonomy calls for a preview, and tool "blunt" cannot preview its calls)`
+		if resp.Decision != store.DecisionConfirm || !strings.Contains(resp.Result.Message, want) {
+			t.Fatalf("decision %s, message %q; want CONFIRM saying %q", resp.Decision, resp.Result.Message, want)
+		}
+		// A high-risk call needs a person for its risk alone, and says only that.
+		resp = r.ok(ctx, req("high", "k2", `{}`), store.OutcomeApprovalRequired)
+		if !strings.Contains(resp.Result.Message, "(HIGH risk at SUPERVISED autonomy)") {
+			t.Fatalf("message %q", resp.Result.Message)
+		}
 	})
 
 	t.Run("foreign approval id on a new key", func(t *testing.T) {

@@ -189,10 +189,19 @@ func (e *Executor) newRecord(c *call, state store.CallState, now time.Time) *sto
 }
 
 func (e *Executor) approvalResponse(c *call, ap *store.Approval) *Response {
+	why := fmt.Sprintf("%s risk at %s autonomy", c.risk, c.autonomy)
+	if c.escalated {
+		// The gate asked for a preview; say why a person decides instead.
+		if e.canPreview(c) {
+			why += " calls for a preview, and the tool's preview failed"
+		} else {
+			why += fmt.Sprintf(" calls for a preview, and tool %q cannot preview its calls", c.tool.Name)
+		}
+	}
 	r := e.answer(c, store.OutcomeApprovalRequired, &store.Result{Success: false, Message: fmt.Sprintf(
-		"This call needs a person's approval (%s risk at %s autonomy). Approval %s is pending until %s. "+
+		"This call needs a person's approval (%s). Approval %s is pending until %s. "+
 			"Once it is approved, call again with the same idempotency key and arguments.",
-		c.risk, c.autonomy, ap.ID, ap.ExpiresAt.UTC().Format(time.RFC3339))})
+		why, ap.ID, ap.ExpiresAt.UTC().Format(time.RFC3339))})
 	r.Approval = ap
 	return r
 }

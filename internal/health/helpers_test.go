@@ -201,18 +201,6 @@ func wantFault(t *testing.T, err error, kind fault.Kind, reason string) *fault.E
 	return f
 }
 
-// eventually polls cond for up to a second.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within a second: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // recv takes the next record from a watch stream, failing after a second.
 func recv(t *testing.T, ch <-chan store.ToolHealth) store.ToolHealth {
 	t.Helper()

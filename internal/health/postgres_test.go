@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/fault"
@@ -12,6 +13,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/store/postgres"
 	"github.com/toolsvc/toolsvc/internal/store/postgres/pgtest"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 // TestPostgresReplicas runs two trackers on two Postgres stores (two pools,
@@ -56,7 +58,7 @@ func TestPostgresReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "B learns of A's trip", func() bool {
+	testutil.Eventually(t, time.Second, "B learns of A's trip", func() bool {
 		h, _ := b.Get("flaky")
 		return h.Status == store.HealthUnavailable && h.Trips == 1
 	})

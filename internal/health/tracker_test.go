@@ -12,6 +12,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 func TestAdmitHealthyAndUnknown(t *testing.T) {
@@ -97,7 +98,7 @@ func TestProbeSingleWinner(t *testing.T) {
 			}
 			e.trip(trackers[0], "flaky")
 			for _, tr := range trackers[1:] {
-				eventually(t, "the trip reaches the other tracker", func() bool {
+				testutil.Eventually(t, time.Second, "the trip reaches the other tracker", func() bool {
 					h, _ := tr.Get("flaky")
 					return h.Status == store.HealthUnavailable
 				})
@@ -485,7 +486,7 @@ func TestConcurrentObservationsConverge(t *testing.T) {
 	if h := e.stored("flaky"); h.ConsecutiveErrors != 20 || h.Status != store.HealthDegraded {
 		t.Fatalf("store after 20 concurrent errors %+v", h)
 	}
-	eventually(t, "the cache settles on the store's record", func() bool {
+	testutil.Eventually(t, time.Second, "the cache settles on the store's record", func() bool {
 		h, _ := tr.Get("flaky")
 		return sameHealth(h, e.stored("flaky"), true)
 	})
@@ -503,7 +504,7 @@ func TestCrossReplica(t *testing.T) {
 	}
 
 	e.observe(a, "flaky", Observation{Kind: ToolError, Error: "x"})
-	eventually(t, "B's cache sees A's error", func() bool {
+	testutil.Eventually(t, time.Second, "B's cache sees A's error", func() bool {
 		h, _ := b.Get("flaky")
 		return h.ConsecutiveErrors == 1
 	})
@@ -524,14 +525,14 @@ func TestCrossReplica(t *testing.T) {
 	// Tools registered and removed after Start come and go with their
 	// health records.
 	e.createTool("fresh")
-	eventually(t, "a new tool's health reaches the cache", func() bool {
+	testutil.Eventually(t, time.Second, "a new tool's health reaches the cache", func() bool {
 		h, ok := b.Get("fresh")
 		return ok && h.Status == store.HealthHealthy
 	})
 	if _, err := e.mem.DeleteTool(e.ctx, store.DeleteToolParams{Name: "fresh"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a deleted tool's health leaves the cache", func() bool {
+	testutil.Eventually(t, time.Second, "a deleted tool's health leaves the cache", func() bool {
 		_, ok := b.Get("fresh")
 		return !ok
 	})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 // renewSpy wraps a CallStore, counting lease renewals and optionally failing
@@ -144,9 +145,11 @@ func TestKeepAliveLostWhenReaped(t *testing.T) {
 	if err := l.Heartbeat(context.Background()); !errors.Is(err, ErrLeaseLost) {
 		t.Errorf("Heartbeat after loss = %v, want ErrLeaseLost", err)
 	}
-	// Renewals stop once the lease is lost.
+	// Renewals stop once the lease is lost: the ticks end (done closes)
+	// without Stop, and none runs after.
+	waitDone(t, l, "the renewals to end after the lease was lost")
 	n := spy.renewals.Load()
-	time.Sleep(4 * lease)
+	l.tick() // as a timer that fired late would
 	if got := spy.renewals.Load(); got != n {
 		t.Errorf("%d renewals after the lease was lost", got-n)
 	}
@@ -197,7 +200,7 @@ func TestKeepAliveRetriesTransientErrors(t *testing.T) {
 	l := KeepAlive(context.Background(), spy, "c1", 1, leaseConfig(lease), time.Now, nil)
 	defer l.Stop()
 
-	waitFor(t, "two failed renewals", 2*time.Second, func() bool { return spy.renewals.Load() >= 2 })
+	testutil.Eventually(t, 2*time.Second, "two failed renewals", func() bool { return spy.renewals.Load() >= 2 })
 	select {
 	case <-l.Lost():
 		t.Fatal("a transient error lost the lease")
@@ -208,7 +211,7 @@ func TestKeepAliveRetriesTransientErrors(t *testing.T) {
 	}
 
 	spy.fail.Store(nil)
-	waitFor(t, "a successful renewal", 2*time.Second, func() bool {
+	testutil.Eventually(t, 2*time.Second, "a successful renewal", func() bool {
 		c := getCall(t, st, "c1")
 		return c.LeaseExpiresAt.Before(now.Add(time.Minute)) // rewritten to now+60ms
 	})
@@ -221,12 +224,13 @@ func TestKeepAliveStopStops(t *testing.T) {
 	now := time.Now()
 	claimRunning(t, st, "c1", now, now.Add(lease))
 	l := KeepAlive(context.Background(), spy, "c1", 1, leaseConfig(lease), time.Now, nil)
-	waitFor(t, "a renewal", 2*time.Second, func() bool { return spy.renewals.Load() >= 1 })
+	testutil.Eventually(t, 2*time.Second, "a renewal", func() bool { return spy.renewals.Load() >= 1 })
 
 	l.Stop()
 	l.Stop() // idempotent
+	waitDone(t, l, "the renewals to end with Stop")
 	n := spy.renewals.Load()
-	time.Sleep(5 * lease)
+	l.tick() // as a timer that fired late would
 	if got := spy.renewals.Load(); got != n {
 		t.Errorf("%d renewals after Stop", got-n)
 	}
@@ -251,17 +255,24 @@ func TestKeepAliveEndsWithContext(t *testing.T) {
 	claimRunning(t, st, "c1", now, now.Add(lease))
 	ctx, cancel := context.WithCancel(context.Background())
 	l := KeepAlive(ctx, spy, "c1", 1, leaseConfig(lease), time.Now, nil)
-	waitFor(t, "a renewal", 2*time.Second, func() bool { return spy.renewals.Load() >= 1 })
+	testutil.Eventually(t, 2*time.Second, "a renewal", func() bool { return spy.renewals.Load() >= 1 })
 	cancel()
-	select {
-	case <-l.done:
-	case <-time.After(2 * time.Second):
-		t.Fatal("renewals did not end with the context")
-	}
+	waitDone(t, l, "the renewals to end with the context")
 	n := spy.renewals.Load()
-	time.Sleep(5 * lease)
+	l.tick() // as a timer that fired late would
 	if got := spy.renewals.Load(); got != n {
 		t.Errorf("%d renewals after the context ended", got-n)
 	}
 	l.Stop()
+}
+
+// waitDone waits for l's ticks to end for good: once done is closed no
+// renewal runs, and a tick that comes late renews nothing.
+func waitDone(t *testing.T, l *Lease, what string) {
+	t.Helper()
+	select {
+	case <-l.done:
+	case <-time.After(2 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 func reaperConfig() Config {
@@ -246,7 +247,7 @@ func TestReaperDrainsPreviewBacklog(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); NewReaper(st, cfg, clk.Now, nil).Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, "the preview backlog to drain", 5*time.Second, func() bool {
+	testutil.Eventually(t, 5*time.Second, "the preview backlog to drain", func() bool {
 		return len(events(t, st, audit.PreviewExpired)) == 5
 	})
 	for i := range 5 {
@@ -326,7 +327,7 @@ func TestReaperBatchAndRunDrainsBacklog(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()
-	waitFor(t, "the backlog to drain", 5*time.Second, func() bool {
+	testutil.Eventually(t, 5*time.Second, "the backlog to drain", func() bool {
 		return len(events(t, st, audit.ToolCallUnknown)) == 5
 	})
 	cancel()

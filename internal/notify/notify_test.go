@@ -24,6 +24,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/store/memory"
 	"github.com/toolsvc/toolsvc/internal/store/postgres"
 	"github.com/toolsvc/toolsvc/internal/store/postgres/pgtest"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
@@ -258,17 +259,6 @@ func park(t *testing.T, st store.Store, key string) *store.Approval {
 	return a
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func deliveries(t *testing.T, st store.Store, p store.ListDeliveriesParams) []*store.Delivery {
 	t.Helper()
 	ds, err := st.ListDeliveries(context.Background(), p)
@@ -297,7 +287,7 @@ func TestSignedWebhookAndSlackMessage(t *testing.T) {
 		obs, logs, _ := start(t, st, cfg, sec)
 		a := park(t, st, "k1")
 
-		waitFor(t, "the webhook and the Slack message", func() bool { return len(rc.acked()) == 1 && len(slackBodies()) == 1 })
+		testutil.Eventually(t, 20*time.Second, "the webhook and the Slack message", func() bool { return len(rc.acked()) == 1 && len(slackBodies()) == 1 })
 		got := rc.requests()
 		if len(got) != 1 || got[0].verifyErr != nil {
 			t.Fatalf("receiver got %+v; want one request its Standard Webhooks library verifies", got)
@@ -334,7 +324,7 @@ func TestSignedWebhookAndSlackMessage(t *testing.T) {
 		if !strings.Contains(sb, `"blocks"`) || !strings.Contains(sb, "https://console.example/approvals/"+a.ID) || !strings.Contains(sb, "notes.write") {
 			t.Errorf("Slack message = %s", sb)
 		}
-		waitFor(t, "both deliveries recorded", func() bool {
+		testutil.Eventually(t, 20*time.Second, "both deliveries recorded", func() bool {
 			ds := deliveries(t, st, store.ListDeliveriesParams{ApprovalID: a.ID})
 			return len(ds) == 2 && ds[0].State == store.DeliveryDelivered && ds[1].State == store.DeliveryDelivered
 		})
@@ -358,7 +348,7 @@ func TestSignedWebhookAndSlackMessage(t *testing.T) {
 			Comment: "no <b>way</b>", Now: now, CallResult: &store.Result{Message: "denied"}, CallExpiresAt: now.Add(time.Hour), Events: []store.AuditEvent{ev}}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the resolution", func() bool { return len(rc.acked()) == 2 })
+		testutil.Eventually(t, 20*time.Second, "the resolution", func() bool { return len(rc.acked()) == 2 })
 		body := string(rc.requests()[1].body)
 		for _, s := range []string{`"type":"approval.resolved"`, `"state":"DENIED"`, `"resolver":"alice"`, `"comment":"no \u003cb\u003eway\u003c/b\u003e"`, `"autonomy":"SUPERVISED"`} {
 			if !strings.Contains(body, s) {
@@ -377,7 +367,7 @@ func TestRetriesUntilTheReceiverRecovers(t *testing.T) {
 		rc.failN.Store(2)
 		obs, _, _ := start(t, st, testConfig(rc.srv.URL), mapSecrets{"notifications/signing": signingSecret})
 		a := park(t, st, "k1")
-		waitFor(t, "delivery after two failures", func() bool { return len(rc.acked()) == 1 })
+		testutil.Eventually(t, 20*time.Second, "delivery after two failures", func() bool { return len(rc.acked()) == 1 })
 		got := rc.requests()
 		if len(got) != 3 {
 			t.Fatalf("receiver got %d requests, want 3", len(got))
@@ -387,7 +377,7 @@ func TestRetriesUntilTheReceiverRecovers(t *testing.T) {
 				t.Fatalf("attempt %d: id %s (first %s), verify %v: every attempt must be the same signed message", i, r.id, got[0].id, r.verifyErr)
 			}
 		}
-		waitFor(t, "the delivery recorded", func() bool {
+		testutil.Eventually(t, 20*time.Second, "the delivery recorded", func() bool {
 			ds := deliveries(t, st, store.ListDeliveriesParams{ApprovalID: a.ID})
 			return len(ds) == 1 && ds[0].State == store.DeliveryDelivered
 		})
@@ -409,7 +399,7 @@ func TestDeadLetter(t *testing.T) {
 		cfg.MaxAttempts = 3
 		obs, _, _ := start(t, st, cfg, mapSecrets{"notifications/signing": signingSecret})
 		a := park(t, st, "k1")
-		waitFor(t, "a dead letter", func() bool {
+		testutil.Eventually(t, 20*time.Second, "a dead letter", func() bool {
 			n, _ := st.CountDeliveries(context.Background(), store.DeliveryDead)
 			return n == 1
 		})
@@ -435,7 +425,7 @@ func TestMissingSecretIsRetriedThenDead(t *testing.T) {
 		cfg.MaxAttempts = 2
 		start(t, st, cfg, mapSecrets{})
 		a := park(t, st, "k1")
-		waitFor(t, "a dead letter", func() bool {
+		testutil.Eventually(t, 20*time.Second, "a dead letter", func() bool {
 			ds := deliveries(t, st, store.ListDeliveriesParams{ApprovalID: a.ID})
 			return len(ds) == 1 && ds[0].State == store.DeliveryDead
 		})
@@ -459,7 +449,7 @@ func TestTwoReplicasDeliverEachOnce(t *testing.T) {
 			wg.Go(func() { park(t, st, fmt.Sprint("k", i)) })
 		}
 		wg.Wait()
-		waitFor(t, "every notification", func() bool { return len(rc.acked()) == n })
+		testutil.Eventually(t, 20*time.Second, "every notification", func() bool { return len(rc.acked()) == n })
 		for id, times := range rc.acked() {
 			if times != 1 {
 				t.Errorf("message %s delivered %d times", id, times)
@@ -529,12 +519,12 @@ func TestReplicaKilledMidDelivery(t *testing.T) {
 			t.Fatalf("after A died: %+v", ds[0])
 		}
 		start(t, open(), cfg, sec)
-		waitFor(t, "B's delivery", func() bool { return len(rc.acked()) == 1 })
+		testutil.Eventually(t, 20*time.Second, "B's delivery", func() bool { return len(rc.acked()) == 1 })
 		got := rc.requests()
 		if len(got) != 2 || got[0].id != got[1].id || got[0].acked || !got[1].acked {
 			t.Fatalf("receiver got %+v; want A's abandoned request and B's acknowledged one, one message id", got)
 		}
-		waitFor(t, "the delivery recorded", func() bool {
+		testutil.Eventually(t, 20*time.Second, "the delivery recorded", func() bool {
 			ds := deliveries(t, st, store.ListDeliveriesParams{ApprovalID: ap.ID})
 			return ds[0].State == store.DeliveryDelivered && ds[0].Attempts == 2
 		})
@@ -615,7 +605,7 @@ func TestExpiredApprovalIsNotified(t *testing.T) {
 			}}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "approval.expired", func() bool { return len(rc.acked()) == 1 })
+		testutil.Eventually(t, 20*time.Second, "approval.expired", func() bool { return len(rc.acked()) == 1 })
 		var msg notify.Message
 		if err := json.Unmarshal(rc.requests()[0].body, &msg); err != nil {
 			t.Fatal(err)

@@ -8,39 +8,45 @@ package quota
 import (
 	"math"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
-// bucket is a token bucket: it holds up to burst tokens and gains rate
-// tokens per second; taking a token is admitting one event.
+// bucket is a token bucket (golang.org/x/time/rate) read at the times the
+// injected clock gives: it holds up to burst tokens, starts full and gains
+// perSecond tokens per second; taking a token is admitting one event.
 type bucket struct {
-	tokens float64
-	last   time.Time
+	lim *rate.Limiter
+}
+
+func newBucket(perSecond float64, burst int) bucket {
+	return bucket{lim: rate.NewLimiter(rate.Limit(perSecond), burst)}
 }
 
 // take takes one token at now if there is one, and otherwise says how long
 // until there will be.
-func (b *bucket) take(now time.Time, rate float64, burst int) (wait time.Duration, ok bool) {
-	b.refill(now, rate, burst)
-	if b.tokens >= 1 {
-		b.tokens--
+func (b bucket) take(now time.Time) (wait time.Duration, ok bool) {
+	if b.lim.AllowN(now, 1) {
 		return 0, true
 	}
-	return time.Duration(math.Ceil((1 - b.tokens) / rate * float64(time.Second))), false
+	return b.until(now), false
 }
 
-func (b *bucket) refill(now time.Time, rate float64, burst int) {
-	if b.last.IsZero() {
-		b.tokens, b.last = float64(burst), now
-		return
+// has reports whether a token could be taken at now, taking none.
+func (b bucket) has(now time.Time) bool { return b.lim.TokensAt(now) >= 1 }
+
+// until is how long after now a token will be there, rounded up to the
+// nanosecond.
+func (b bucket) until(now time.Time) time.Duration {
+	missing := 1 - b.lim.TokensAt(now)
+	if missing <= 0 {
+		return 0
 	}
-	if elapsed := now.Sub(b.last); elapsed > 0 {
-		b.tokens = min(float64(burst), b.tokens+elapsed.Seconds()*rate)
-		b.last = now
-	}
+	return time.Duration(math.Ceil(missing / float64(b.lim.Limit()) * float64(time.Second)))
 }
 
 // full reports whether the bucket would be full at now: it has been idle
 // long enough to be forgotten without changing any answer.
-func (b *bucket) full(now time.Time, rate float64, burst int) bool {
-	return b.tokens+now.Sub(b.last).Seconds()*rate >= float64(burst)
+func (b bucket) full(now time.Time) bool {
+	return b.lim.TokensAt(now) >= float64(b.lim.Burst())
 }

@@ -75,10 +75,13 @@ func (l *Limiter) LimitsOf(principal string) Limits {
 	return l.def
 }
 
-func (l *Limiter) stateOf(principal string) *principalState {
+func (l *Limiter) stateOf(principal string, lim Limits) *principalState {
 	st, ok := l.state[principal]
 	if !ok {
 		st = &principalState{}
+		if lim.CallsPerSecond > 0 {
+			st.calls = newBucket(lim.CallsPerSecond, lim.EffectiveBurst())
+		}
 		l.state[principal] = st
 	}
 	return st
@@ -93,7 +96,7 @@ func (l *Limiter) Admit(principal string) (retry time.Duration, ok bool) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.stateOf(principal).calls.take(l.now(), lim.CallsPerSecond, lim.EffectiveBurst())
+	return l.stateOf(principal, lim).calls.take(l.now())
 }
 
 // Start counts one execution of principal in progress; release ends it
@@ -106,7 +109,7 @@ func (l *Limiter) Start(principal string) (release func(), ok bool) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	st := l.stateOf(principal)
+	st := l.stateOf(principal, lim)
 	if st.running >= lim.ConcurrentExecutions {
 		return func() {}, false
 	}

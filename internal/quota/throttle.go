@@ -48,6 +48,9 @@ type ThrottleOptions struct {
 // NewThrottle returns a Throttle.
 func NewThrottle(o ThrottleOptions) *Throttle {
 	t := &Throttle{perSource: o.PerSource, total: o.Total, maxSources: o.MaxSources, now: o.Now, sources: map[string]*source{}}
+	if t.total > 0 {
+		t.all = newBucket(float64(t.total)/60, t.total)
+	}
 	if t.maxSources <= 0 {
 		t.maxSources = 10000
 	}
@@ -70,26 +73,27 @@ func (t *Throttle) Allow(key string) (ok bool, suppressed int) {
 	s, known := t.sources[key]
 	if !known {
 		if len(t.sources) >= t.maxSources {
-			t.sweep(now, perSecond)
+			t.sweep(now)
 		}
 		if len(t.sources) >= t.maxSources {
 			return false, 0
 		}
-		s = &source{}
+		s = &source{b: newBucket(perSecond, t.perSource)}
 		t.sources[key] = s
 	}
-	if _, ok := s.b.take(now, perSecond, t.perSource); !ok {
+	// The source's token is taken only once the total admits the event
+	// too: refused by the total, the source keeps it.
+	if !s.b.has(now) {
 		s.suppressed++
 		return false, 0
 	}
 	if t.total > 0 {
-		if _, ok := t.all.take(now, float64(t.total)/60, t.total); !ok {
-			// Give the source its token back: it was the total that refused.
-			s.b.tokens++
+		if _, ok := t.all.take(now); !ok {
 			s.suppressed++
 			return false, 0
 		}
 	}
+	s.b.take(now) // there is one: has said so under the same lock
 	suppressed, s.suppressed = s.suppressed, 0
 	return true, suppressed
 }
@@ -97,13 +101,13 @@ func (t *Throttle) Allow(key string) (ok bool, suppressed int) {
 // sweep forgets the sources that are idle (their whole burst back: a minute
 // without events), at most once a second. A forgotten source's count of
 // refused events is lost with it.
-func (t *Throttle) sweep(now time.Time, perSecond float64) {
+func (t *Throttle) sweep(now time.Time) {
 	if now.Sub(t.lastSweep) < time.Second {
 		return
 	}
 	t.lastSweep = now
 	for k, s := range t.sources {
-		if s.b.full(now, perSecond, t.perSource) {
+		if s.b.full(now) {
 			delete(t.sources, k)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/store/postgres"
 	"github.com/toolsvc/toolsvc/internal/store/postgres/pgtest"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 // openReplicas opens n stores on one fresh database: n replicas of the
@@ -49,7 +50,7 @@ func TestPostgresReplicasShareChanges(t *testing.T) {
 		t.Fatalf("register: %+v %v %v", got, created, err)
 	}
 	// Through LISTEN/NOTIFY, within a second.
-	eventually(t, "replica 2 sees the tool", func() bool {
+	testutil.Eventually(t, time.Second, "replica 2 sees the tool", func() bool {
 		e, ok := r2.Lookup("echo")
 		return ok && e.Tool.Version == 1 && e.Impl != nil
 	})
@@ -75,14 +76,14 @@ func TestPostgresReplicasShareChanges(t *testing.T) {
 	if _, _, err := r2.Register(ctx, RegisterParams{Tool: changed, Actor: "bob"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "replica 1 sees the update", func() bool {
+	testutil.Eventually(t, time.Second, "replica 1 sees the update", func() bool {
 		e, ok := r1.Lookup("echo")
 		return ok && e.Tool.Version == 2 && e.Tool.Description == "changed on replica 2"
 	})
 	if _, err := r1.Deregister(ctx, "echo", 2, "alice"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "replica 2 drops the tool", func() bool {
+	testutil.Eventually(t, time.Second, "replica 2 drops the tool", func() bool {
 		_, ok := r2.Lookup("echo")
 		return !ok
 	})
@@ -132,7 +133,7 @@ func TestPostgresConcurrentRegister(t *testing.T) {
 		t.Fatalf("%d events for %d writes (%v)", len(evs), ok, err)
 	}
 	for _, r := range regs {
-		eventually(t, "every replica converges on the stored version", func() bool {
+		testutil.Eventually(t, time.Second, "every replica converges on the stored version", func() bool {
 			e, found := r.Lookup("echo")
 			return found && e.Tool.Version == cur.Version && e.Tool.Description == cur.Description
 		})

@@ -527,27 +527,36 @@ func (r *Registry) Register(ctx context.Context, p RegisterParams) (*store.Tool,
 		return nil, false, nv.Err("invalid tool definition")
 	}
 	prep.tool.Source = p.Source
-	t, created, err := r.register(ctx, prep, p)
+	t, w, err := r.register(ctx, prep, p)
 	// What the probe opened serves the connector only if it was stored.
 	done(err == nil && !p.ValidateOnly)
 	if err != nil {
 		return nil, false, err
 	}
-	return cloneTool(t), created, nil
+	return cloneTool(t), w == wroteCreated, nil
 }
 
+// written says what register wrote (or, validating only, would write).
+type written int
+
+const (
+	wroteNothing written = iota // the stored definition is the same
+	wroteCreated
+	wroteUpdated
+)
+
 // register writes a prepared definition with optimistic concurrency.
-func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParams) (*store.Tool, bool, error) {
+func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParams) (*store.Tool, written, error) {
 	name := prep.tool.Name
 	for attempt := 0; attempt < registerAttempts; attempt++ {
 		cur, err := r.store.GetTool(ctx, name)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			if p.ExpectedVersion != 0 {
-				return nil, false, fault.VersionConflict(name, p.ExpectedVersion, 0)
+				return nil, wroteNothing, fault.VersionConflict(name, p.ExpectedVersion, 0)
 			}
 			if p.ValidateOnly {
-				return wouldStore(prep.tool, 1, time.Time{}, r.now()), true, nil
+				return wouldStore(prep.tool, 1, time.Time{}, r.now()), wroteCreated, nil
 			}
 			now := r.now()
 			// A new tool, even under a name used before: a new incarnation,
@@ -564,22 +573,22 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 				continue // created concurrently: replace it
 			}
 			if err != nil {
-				return nil, false, fmt.Errorf("registry: create tool %q: %w", name, err)
+				return nil, wroteNothing, fmt.Errorf("registry: create tool %q: %w", name, err)
 			}
 			r.apply(r.writeTicket(), map[string]*Entry{name: entryFrom(t, prep)})
 			r.log.InfoContext(ctx, "tool registered", "tool", name, "version", t.Version, "source", t.Source, "actor", p.Actor)
-			return t, true, nil
+			return t, wroteCreated, nil
 		case err != nil:
-			return nil, false, fmt.Errorf("registry: read tool %q: %w", name, err)
+			return nil, wroteNothing, fmt.Errorf("registry: read tool %q: %w", name, err)
 		}
 		if p.ExpectedVersion != 0 && cur.Version != p.ExpectedVersion {
-			return nil, false, fault.VersionConflict(name, p.ExpectedVersion, cur.Version)
+			return nil, wroteNothing, fault.VersionConflict(name, p.ExpectedVersion, cur.Version)
 		}
 		if sameDefinition(prep.tool, cur) {
-			return cur, false, nil
+			return cur, wroteNothing, nil
 		}
 		if p.ValidateOnly {
-			return wouldStore(prep.tool, cur.Version+1, cur.CreatedAt, r.now()), false, nil
+			return wouldStore(prep.tool, cur.Version+1, cur.CreatedAt, r.now()), wroteUpdated, nil
 		}
 		now := r.now()
 		t, err := r.store.UpdateTool(ctx, store.UpdateToolParams{
@@ -591,17 +600,17 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 		})
 		switch {
 		case errors.Is(err, store.ErrConflict) && p.ExpectedVersion != 0:
-			return nil, false, fault.VersionConflict(name, p.ExpectedVersion, -1)
+			return nil, wroteNothing, fault.VersionConflict(name, p.ExpectedVersion, -1)
 		case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
 			continue // changed or removed concurrently: read again
 		case err != nil:
-			return nil, false, fmt.Errorf("registry: update tool %q: %w", name, err)
+			return nil, wroteNothing, fmt.Errorf("registry: update tool %q: %w", name, err)
 		}
 		r.apply(r.writeTicket(), map[string]*Entry{name: entryFrom(t, prep)})
 		r.log.InfoContext(ctx, "tool updated", "tool", name, "version", t.Version, "source", t.Source, "actor", p.Actor)
-		return t, false, nil
+		return t, wroteUpdated, nil
 	}
-	return nil, false, fault.ConcurrentWriters(name)
+	return nil, wroteNothing, fault.ConcurrentWriters(name)
 }
 
 // wouldStore is what a validate-only registration returns.
@@ -745,7 +754,7 @@ func (r *Registry) Sync(ctx context.Context, source store.ToolSource, defs []*st
 		if cur, ok := existing[name]; ok {
 			expected = cur.Version
 		}
-		t, created, err := r.register(ctx, prep, RegisterParams{Source: source, Actor: actor, ExpectedVersion: expected})
+		_, w, err := r.register(ctx, prep, RegisterParams{Source: source, Actor: actor, ExpectedVersion: expected})
 		if err != nil {
 			if errors.Is(err, store.ErrUnavailable) {
 				return sortReport(rep), fmt.Errorf("registry: sync %s tools: %w", source, err)
@@ -753,13 +762,15 @@ func (r *Registry) Sync(ctx context.Context, source store.ToolSource, defs []*st
 			problems = append(problems, fmt.Errorf("tool %q: %w", name, err))
 			continue
 		}
-		switch {
-		case created:
+		// What this replica wrote: a tool another replica stored meanwhile
+		// (two starting together) with the same definition is unchanged.
+		switch w {
+		case wroteCreated:
 			rep.Created = append(rep.Created, name)
-		case existing[name] != nil && t.Version == existing[name].Version:
-			rep.Unchanged = append(rep.Unchanged, name)
-		default:
+		case wroteUpdated:
 			rep.Updated = append(rep.Updated, name)
+		default:
+			rep.Unchanged = append(rep.Unchanged, name)
 		}
 	}
 

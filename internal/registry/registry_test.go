@@ -13,6 +13,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/store/memory"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 	"github.com/toolsvc/toolsvc/internal/tools"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
@@ -494,18 +495,6 @@ func TestBuiltins(t *testing.T) {
 	}
 }
 
-// eventually polls cond until it holds or a second passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within a second: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestSecondReplicaFollowsNotifications(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -526,7 +515,7 @@ func TestSecondReplicaFollowsNotifications(t *testing.T) {
 	if _, _, err := r1.Register(ctx, RegisterParams{Tool: goodTool()}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "replica 2 sees the new tool", func() bool {
+	testutil.Eventually(t, time.Second, "replica 2 sees the new tool", func() bool {
 		e, ok := r2.Lookup("echo")
 		return ok && e.Tool.Version == 1 && e.Impl != nil
 	})
@@ -535,14 +524,14 @@ func TestSecondReplicaFollowsNotifications(t *testing.T) {
 	if _, _, err := r1.Register(ctx, RegisterParams{Tool: changed}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "replica 2 sees the update", func() bool {
+	testutil.Eventually(t, time.Second, "replica 2 sees the update", func() bool {
 		e, ok := r2.Lookup("echo")
 		return ok && e.Tool.Version == 2 && e.Tool.Description == "changed"
 	})
 	if _, err := r1.Deregister(ctx, "echo", 0, "x"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "replica 2 drops the tool", func() bool {
+	testutil.Eventually(t, time.Second, "replica 2 drops the tool", func() bool {
 		_, ok := r2.Lookup("echo")
 		return !ok
 	})
@@ -629,7 +618,7 @@ func TestReloadAllAndRetry(t *testing.T) {
 	}
 	st.ch <- store.Notification{Topic: store.TopicHealth, Key: "other"} // ignored
 	st.ch <- store.Notification{Topic: store.TopicTools}
-	eventually(t, "full reload", func() bool {
+	testutil.Eventually(t, time.Second, "full reload", func() bool {
 		_, echo := r.Lookup("echo")
 		_, other := r.Lookup("other")
 		return !echo && other
@@ -724,7 +713,7 @@ func TestConcurrentRegister(t *testing.T) {
 			t.Fatalf("event %d: %s version %v", i, ev.Type, ev.DetailMap()["version"])
 		}
 	}
-	eventually(t, "the cache holds the last version", func() bool {
+	testutil.Eventually(t, time.Second, "the cache holds the last version", func() bool {
 		e, ok := r1.Lookup("echo")
 		return ok && e.Tool.Version == cur.Version && e.Tool.Description == cur.Description
 	})

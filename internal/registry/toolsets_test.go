@@ -7,10 +7,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
@@ -240,14 +242,14 @@ func TestToolsetsFollowOtherReplicas(t *testing.T) {
 	if _, _, err := r1.RegisterToolset(ctx, RegisterToolsetParams{Toolset: &store.Toolset{Name: "t", Title: "T", Tools: []string{"echo"}}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "replica 2 sees the toolset", func() bool {
+	testutil.Eventually(t, time.Second, "replica 2 sees the toolset", func() bool {
 		ts, err := r2.GetToolset("t")
 		return err == nil && ts.Version == 1
 	})
 	if _, err := r1.DeregisterToolset(ctx, "t", 0, "ops"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "replica 2 drops it", func() bool {
+	testutil.Eventually(t, time.Second, "replica 2 drops it", func() bool {
 		_, err := r2.GetToolset("t")
 		return err != nil
 	})

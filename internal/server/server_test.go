@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -34,6 +35,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/store/memory"
 	"github.com/toolsvc/toolsvc/internal/store/postgres"
 	"github.com/toolsvc/toolsvc/internal/store/postgres/pgtest"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 	"github.com/toolsvc/toolsvc/internal/tools"
 )
 
@@ -401,17 +403,13 @@ func checkHealth(t *testing.T, ctx context.Context, hc healthpb.HealthClient, se
 
 func waitHealth(t *testing.T, ctx context.Context, hc healthpb.HealthClient, service string, want healthpb.HealthCheckResponse_ServingStatus) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
 		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
 		if err == nil && resp.Status == want {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("health of %q: want %v, got %v %v", service, want, resp, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("health of %q: want %v, got %v %v", service, want, resp, err)
+	})
 }
 
 func TestHealthFollowsStore(t *testing.T) {

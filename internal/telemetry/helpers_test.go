@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolsvc/toolsvc/internal/telemetry"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -114,18 +115,15 @@ func wantSum(t *testing.T, rm metricdata.ResourceMetrics, want float64, name str
 // after the response is sent, so a client may see the answer first.
 func waitSpans(t *testing.T, exp *tracetest.InMemoryExporter, names ...string) tracetest.SpanStubs {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		spans := exp.GetSpans()
-		missing := missingNames(spans, names)
-		if len(missing) == 0 {
-			return spans
+	var spans tracetest.SpanStubs
+	testutil.EventuallyNil(t, 5*time.Second, func() error {
+		spans = exp.GetSpans()
+		if missing := missingNames(spans, names); len(missing) > 0 {
+			return fmt.Errorf("spans %v never came; have %v", missing, spanNames(spans))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("spans %v never came; have %v", missing, spanNames(spans))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return spans
 }
 
 func missingNames(spans tracetest.SpanStubs, names []string) []string {

@@ -13,6 +13,7 @@ import (
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/e2e/dbproxy"
 	"github.com/toolsvc/toolsvc/internal/store/postgres/pgtest"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 // TestClientLeavesMidHold: a client that goes away while its call is held
@@ -36,7 +37,7 @@ func TestClientLeavesMidHold(t *testing.T) {
 				if err := <-errc; err == nil {
 					t.Fatal("the abandoned call was answered")
 				}
-				waitFor(t, "the server to see the client go", func() bool {
+				testutil.Eventually(t, 20*time.Second, "the server to see the client go", func() bool {
 					return strings.Contains(s.logs.String(), "approval_id="+ap.GetApprovalId())
 				})
 				s.resolve(t, ap.GetApprovalId(), true, "too late for that request")
@@ -75,7 +76,7 @@ func TestDatabaseCut(t *testing.T) {
 		t.Fatalf("reason %q: %s", r, text(res))
 	}
 	proxy.Up()
-	waitFor(t, "the store back", func() bool {
+	testutil.Eventually(t, 20*time.Second, "the store back", func() bool {
 		_, err := s.exec.GetCall(s.as(testCtx(t), agentA), &toolsvcv1.GetCallRequest{Selector: &toolsvcv1.GetCallRequest_IdempotencyKey{IdempotencyKey: "cut-1"}})
 		return status.Code(err) == codes.NotFound
 	})
@@ -91,7 +92,7 @@ func TestDatabaseCut(t *testing.T) {
 		done <- r
 	}()
 	var running *toolsvcv1.Call
-	waitFor(t, "the tool to start", func() bool {
+	testutil.Eventually(t, 20*time.Second, "the tool to start", func() bool {
 		r, err := s.exec.GetCall(s.as(testCtx(t), agentA), &toolsvcv1.GetCallRequest{Selector: &toolsvcv1.GetCallRequest_IdempotencyKey{IdempotencyKey: "cut-2"}})
 		running = r.GetCall()
 		return err == nil && running.GetState() == toolsvcv1.CallState_CALL_STATE_IN_PROGRESS
@@ -104,7 +105,7 @@ func TestDatabaseCut(t *testing.T) {
 		t.FailNow()
 	}
 	var stored *toolsvcv1.Call
-	waitFor(t, "the outcome stored", func() bool {
+	testutil.Eventually(t, 20*time.Second, "the outcome stored", func() bool {
 		r, err := s.exec.GetCall(s.as(testCtx(t), agentA), &toolsvcv1.GetCallRequest{Selector: &toolsvcv1.GetCallRequest_IdempotencyKey{IdempotencyKey: "cut-2"}})
 		stored = r.GetCall()
 		return err == nil && stored.GetState() != toolsvcv1.CallState_CALL_STATE_IN_PROGRESS
@@ -140,7 +141,7 @@ func TestDatabaseCut(t *testing.T) {
 	ap := s.pendingApproval(t, agentA, "notes")
 	proxy.Down()
 	time.AfterFunc(500*time.Millisecond, proxy.Up)
-	waitFor(t, "the approval to go through", func() bool {
+	testutil.Eventually(t, 20*time.Second, "the approval to go through", func() bool {
 		_, err := s.approvals.ResolveApproval(s.as(testCtx(t), approver), &toolsvcv1.ResolveApprovalRequest{
 			ApprovalId: ap.GetApprovalId(), Decision: toolsvcv1.ApprovalDecision_APPROVAL_DECISION_APPROVE, Comment: "after the cut"})
 		var unavailable bool

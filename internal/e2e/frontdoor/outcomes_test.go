@@ -9,6 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 // Principals of the outcome tests, configured with authentication off.
@@ -62,7 +63,7 @@ func TestOutcomes(t *testing.T) {
 		if metaString(again, "io.toolsvc/reason") != "TOOL_RATE_LIMITED" {
 			t.Fatalf("a call while rate limited: %v", again.Meta)
 		}
-		waitFor(t, "the rate limit to pass", func() bool {
+		testutil.Eventually(t, 20*time.Second, "the rate limit to pass", func() bool {
 			return !call(t, cs, "flaky__run", map[string]any{"mode": "ok"}, nil).IsError
 		})
 
@@ -129,7 +130,7 @@ func TestOutcomes(t *testing.T) {
 			Tool: "clock", Operation: toolsvcv1.HealthOperation_HEALTH_OPERATION_DRAIN, Reason: "maintenance"}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "clock left out of tools/list", func() bool { return !listed(t, cs, "clock__now") })
+		testutil.Eventually(t, 20*time.Second, "clock left out of tools/list", func() bool { return !listed(t, cs, "clock__now") })
 		drained := call(t, cs, "clock__now", map[string]any{}, nil)
 		wantOutcome(t, "a drained tool", drained, "ERROR")
 		if metaString(drained, "io.toolsvc/reason") != "TOOL_UNAVAILABLE" {
@@ -146,7 +147,7 @@ func TestOutcomes(t *testing.T) {
 			}
 			call(t, c, "flaky__run", map[string]any{"mode": "error", "note": time.Now().String()}, nil)
 		}
-		waitFor(t, "flaky marked unavailable", func() bool {
+		testutil.Eventually(t, 20*time.Second, "flaky marked unavailable", func() bool {
 			tool := listedTool(t, cs, "flaky__run")
 			return tool != nil && tool.Meta["io.toolsvc/health"] == "UNAVAILABLE" && strings.HasPrefix(tool.Description, "[Unavailable")
 		})
@@ -170,16 +171,4 @@ func listedTool(t *testing.T, cs *mcp.ClientSession, name string) *mcp.Tool {
 func listed(t *testing.T, cs *mcp.ClientSession, name string) bool {
 	t.Helper()
 	return listedTool(t, cs, name) != nil
-}
-
-// waitFor polls cond until it holds, for up to 20 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
 }

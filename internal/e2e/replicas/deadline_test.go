@@ -16,6 +16,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/app/apptest"
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 // overrunGrace is the executor's default wait for a tool that ignores
@@ -165,7 +166,7 @@ func TestDeadlinesAndPanics(t *testing.T) {
 				t.Fatalf("want DEADLINE_EXCEEDED, got %v", err)
 			}
 			var c *toolsvcv1.Call
-			eventually(t, 5*time.Second, func() error {
+			testutil.EventuallyNil(t, 5*time.Second, func() error {
 				if c = r.getCall(ctx, t, agent, "rpc-deadline"); c.State != toolsvcv1.CallState_CALL_STATE_FAILED {
 					return fmt.Errorf("call is %v", c.State)
 				}

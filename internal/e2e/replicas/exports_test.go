@@ -12,6 +12,7 @@ import (
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/app"
 	"github.com/toolsvc/toolsvc/internal/app/apptest"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 // exportAll asks for every format, plain and strict, and returns the bytes
@@ -71,7 +72,7 @@ func TestExportsByteStableAcrossReplicasAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := exportAll(ctx, t, r1.conn)
-	eventually(t, 10*time.Second, func() error {
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
 		got := exportAll(ctx, t, r2.conn)
 		for k, v := range want {
 			if got[k] != v {
@@ -89,7 +90,7 @@ func TestExportsByteStableAcrossReplicasAndRestart(t *testing.T) {
 	if changed["EXPORT_FORMAT_MCP"] == want["EXPORT_FORMAT_MCP"] {
 		t.Fatal("disabling the toolset changed nothing")
 	}
-	eventually(t, 10*time.Second, func() error {
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
 		if exportAll(ctx, t, r1.conn)["EXPORT_FORMAT_MCP"] != changed["EXPORT_FORMAT_MCP"] {
 			return errors.New("replica 1 has not followed the change")
 		}

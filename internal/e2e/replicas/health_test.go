@@ -17,6 +17,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/app/apptest"
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 // pair starts the Apps a health test drives: on Postgres two replicas (a
@@ -164,7 +165,7 @@ func TestHealthCircuitThroughAPI(t *testing.T) {
 			t.Helper()
 			stream.next(status, errs)
 			for _, r := range []*replica{a, b} {
-				eventually(t, 2*time.Second, func() error {
+				testutil.EventuallyNil(t, 2*time.Second, func() error {
 					if h := r.health(ctx, t, "flaky"); h.Status != status || h.ConsecutiveErrors != errs {
 						return fmt.Errorf("GetToolHealth: %v with %d errors, want %v with %d", h.Status, h.ConsecutiveErrors, status, errs)
 					}
@@ -355,7 +356,7 @@ func TestRateLimitRefusesUntilReset(t *testing.T) {
 			t.Fatalf("%d executions", n)
 		}
 		// The other replica learns the reset time.
-		eventually(t, 2*time.Second, func() error {
+		testutil.EventuallyNil(t, 2*time.Second, func() error {
 			if got := other.health(ctx, t, "flaky").RateLimitResetTime; got == nil || !got.AsTime().Equal(reset) {
 				return fmt.Errorf("the other replica has reset time %v", got)
 			}

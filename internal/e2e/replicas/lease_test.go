@@ -16,6 +16,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/idempotency"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/store/postgres"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 	"github.com/toolsvc/toolsvc/internal/tools"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
@@ -98,7 +99,7 @@ func TestDeadReplicaCallBecomesUnknown(t *testing.T) {
 	// it started is still stuck.
 	a.app.Close()
 	died := time.Now()
-	eventually(t, 10*time.Second, func() error {
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
 		if c := b.getCall(ctx, t, agent, "dies-with-a"); c.State != toolsvcv1.CallState_CALL_STATE_UNKNOWN {
 			return fmt.Errorf("call is %v", c.State)
 		}
@@ -182,7 +183,7 @@ func TestAbandonedLeaseBecomesUnknown(t *testing.T) {
 		}
 
 		pass(cfg.Idempotency.Lease/2 + time.Millisecond)
-		eventually(t, 5*time.Second, func() error {
+		testutil.EventuallyNil(t, 5*time.Second, func() error {
 			if c := r.getCall(ctx, t, agent, "abandoned-key"); c.State != toolsvcv1.CallState_CALL_STATE_UNKNOWN {
 				return fmt.Errorf("call is %v", c.State)
 			}
@@ -261,7 +262,7 @@ func TestLateFinisherReplacesUnknown(t *testing.T) {
 		callID := r.getCall(ctx, t, agent, "late-key").CallId
 
 		lapseLease(ctx, t, r, backend, clk, callID, cfg.Idempotency.Lease)
-		eventually(t, 5*time.Second, func() error {
+		testutil.EventuallyNil(t, 5*time.Second, func() error {
 			if c := r.getCall(ctx, t, agent, "late-key"); c.State != toolsvcv1.CallState_CALL_STATE_UNKNOWN {
 				return fmt.Errorf("call is %v", c.State)
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/e2e/dbproxy"
 	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 // errLost is what a store answers when the connection breaks: the caller
@@ -110,7 +111,7 @@ func TestLostAnswers(t *testing.T) {
 				t.Fatalf("the tool ran %d times", g.Runs())
 			}
 			// Given back in the background, with its refusal audited.
-			eventually(t, 5*time.Second, func() error {
+			testutil.EventuallyNil(t, 5*time.Second, func() error {
 				if c := r.getCall(ctx, t, agent, "lost-claim"); c.State != toolsvcv1.CallState_CALL_STATE_RELEASED {
 					return fmt.Errorf("call is %v", c.State)
 				}
@@ -172,7 +173,7 @@ func TestLostAnswers(t *testing.T) {
 			}
 			// The store comes back: the outcome is recorded and replayed.
 			lossy.refuseFinishes.Store(0)
-			eventually(t, 5*time.Second, func() error {
+			testutil.EventuallyNil(t, 5*time.Second, func() error {
 				if c := r.getCall(ctx, t, agent, "pending"); c.State != toolsvcv1.CallState_CALL_STATE_SUCCEEDED {
 					return fmt.Errorf("call is %v", c.State)
 				}
@@ -199,7 +200,7 @@ func TestLostAnswers(t *testing.T) {
 			// The lease lapses; the reaper guesses UNKNOWN; an operator
 			// settles it as FAILED.
 			var c *store.Call
-			eventually(t, 5*time.Second, func() error {
+			testutil.EventuallyNil(t, 5*time.Second, func() error {
 				var err error
 				if c, err = st.GetCallByKey(ctx, agent, "settled"); err != nil {
 					return err
@@ -265,7 +266,7 @@ func TestLeaseLapsesInOutage(t *testing.T) {
 	g.waitEntered(t, 10*time.Second)
 	proxyA.Down()
 	var c *toolsvcv1.Call
-	eventually(t, 10*time.Second, func() error {
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
 		if c = b.getCall(ctx, t, agent, "partitioned"); c.State != toolsvcv1.CallState_CALL_STATE_UNKNOWN {
 			return fmt.Errorf("call is %v", c.State)
 		}

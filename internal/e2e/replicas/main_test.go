@@ -370,22 +370,6 @@ func wantTypes(t *testing.T, what string, got, want []string) {
 	}
 }
 
-// eventually polls fn until it returns nil or within passes.
-func eventually(t *testing.T, within time.Duration, fn func() error) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for {
-		err := fn()
-		if err == nil {
-			return time.Since(start)
-		}
-		if time.Since(start) > within {
-			t.Fatalf("not within %s: %v", within, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // valueOf decodes a result's structured value.
 func valueOf(t *testing.T, r *toolsvcv1.ToolResult) map[string]any {
 	t.Helper()

@@ -12,6 +12,7 @@ import (
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/app"
 	"github.com/toolsvc/toolsvc/internal/app/apptest"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 	"github.com/toolsvc/toolsvc/internal/tools"
 	"github.com/toolsvc/toolsvc/internal/tools/demo"
 	"github.com/toolsvc/toolsvc/internal/tools/native"
@@ -125,7 +126,7 @@ func TestReplicaDiesWhileAStepRuns(t *testing.T) {
 	wantRefusal(t, err, codes.Aborted, "CALL_IN_PROGRESS", true)
 
 	a.app.Close()
-	eventually(t, 10*time.Second, func() error {
+	testutil.EventuallyNil(t, 10*time.Second, func() error {
 		for _, key := range []string{"relay-1", "relay-1/hop"} {
 			if c := b.getCall(ctx, t, agent, key); c.State != toolsvcv1.CallState_CALL_STATE_UNKNOWN {
 				return fmt.Errorf("%s is %v", key, c.State)

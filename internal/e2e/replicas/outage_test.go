@@ -24,6 +24,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/e2e/dbproxy"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/store/postgres/pgtest"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 	"github.com/toolsvc/toolsvc/internal/tools"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
@@ -174,7 +175,7 @@ func TestOutcomesAgreeAcrossOutages(t *testing.T) {
 
 	// Leases and the reaper settle whatever is left.
 	pool := pgtest.NewPool(t, direct)
-	eventually(t, 20*time.Second, func() error {
+	testutil.EventuallyNil(t, 20*time.Second, func() error {
 		var n int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM calls WHERE state = 'IN_PROGRESS'`).Scan(&n); err != nil {
 			return err
@@ -398,7 +399,7 @@ func TestDeadlineBurst(t *testing.T) {
 		st := r.app.Store()
 		// Nothing stays reserved: a call whose tool never started was given
 		// back at once, not left to the lease.
-		eventually(t, 5*time.Second, func() error {
+		testutil.EventuallyNil(t, 5*time.Second, func() error {
 			for _, k := range keys {
 				c, err := st.GetCallByKey(ctx, agent, k)
 				if errors.Is(err, store.ErrNotFound) {

@@ -18,6 +18,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/app/apptest"
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/store"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 	"github.com/toolsvc/toolsvc/internal/tools"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
@@ -81,7 +82,7 @@ func TestRegistryChangesReachOtherReplica(t *testing.T) {
 	if err != nil || up.Tool.Version != 2 {
 		t.Fatalf("update on A: %v %v", up, err)
 	}
-	t.Logf("update reached B in %s", eventually(t, propagation, versionOnB(2)))
+	t.Logf("update reached B in %s", testutil.EventuallyNil(t, propagation, versionOnB(2)))
 	resp, err = b.call(ctx, t, agent, "counter", "after-update", map[string]any{})
 	if err != nil || resp.Outcome != toolsvcv1.Outcome_OUTCOME_APPROVAL_REQUIRED || resp.Risk != toolsvcv1.RiskLevel_RISK_LEVEL_HIGH ||
 		resp.Approval.GetToolVersion() != 2 {
@@ -92,7 +93,7 @@ func TestRegistryChangesReachOtherReplica(t *testing.T) {
 	if _, err := a.reg.DeregisterTool(ops, &toolsvcv1.DeregisterToolRequest{Name: "counter", ExpectedVersion: 2}); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("deregistration reached B in %s", eventually(t, propagation, versionOnB(0)))
+	t.Logf("deregistration reached B in %s", testutil.EventuallyNil(t, propagation, versionOnB(0)))
 	_, err = b.call(ctx, t, agent, "counter", "after-deregister", map[string]any{})
 	wantRefusal(t, err, codes.NotFound, "TOOL_NOT_FOUND", false)
 
@@ -103,7 +104,7 @@ func TestRegistryChangesReachOtherReplica(t *testing.T) {
 	if err != nil || !re.Created || re.Tool.Version != 1 {
 		t.Fatalf("register again on A: %v %v", re, err)
 	}
-	t.Logf("registration reached B in %s", eventually(t, propagation, func() error {
+	t.Logf("registration reached B in %s", testutil.EventuallyNil(t, propagation, func() error {
 		got, err := b.reg.GetTool(ctx, &toolsvcv1.GetToolRequest{Name: "counter"})
 		if err != nil {
 			return err
@@ -285,7 +286,7 @@ func TestDrainOnOneReplicaRefusesOnOther(t *testing.T) {
 	if err != nil || !set.Health.Drained || set.Health.Status != toolsvcv1.HealthStatus_HEALTH_STATUS_UNAVAILABLE {
 		t.Fatalf("drain on A: %v %v", set, err)
 	}
-	t.Logf("drain reached B in %s", eventually(t, propagation, drainedOnB(true)))
+	t.Logf("drain reached B in %s", testutil.EventuallyNil(t, propagation, drainedOnB(true)))
 	h := b.health(ctx, t, "counter")
 	if h.OverrideBy != "ops-1" || h.OverrideReason != "maintenance" || h.Status != toolsvcv1.HealthStatus_HEALTH_STATUS_UNAVAILABLE {
 		t.Fatalf("B's view of the drained tool: %v", h)
@@ -303,7 +304,7 @@ func TestDrainOnOneReplicaRefusesOnOther(t *testing.T) {
 		Tool: "counter", Operation: toolsvcv1.HealthOperation_HEALTH_OPERATION_RESTORE, Reason: "done"}); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("restore reached B in %s", eventually(t, propagation, drainedOnB(false)))
+	t.Logf("restore reached B in %s", testutil.EventuallyNil(t, propagation, drainedOnB(false)))
 	if resp, err := b.call(ctx, t, agent, "counter", "drained", map[string]any{}); err != nil || resp.Outcome != toolsvcv1.Outcome_OUTCOME_SUCCEEDED {
 		t.Fatalf("after the restore: %v %v", resp, err)
 	}

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/connector"
+	"github.com/toolsvc/toolsvc/internal/fault"
 	"github.com/toolsvc/toolsvc/internal/secrets"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/tools"
@@ -515,7 +516,7 @@ func (m *Manager) runResync(id string) {
 		err := fn(ctx, id)
 		cancel()
 		if err != nil && m.ctx.Err() == nil {
-			m.log.Warn("MCP re-discovery failed", "connector", id, "error", err.Error())
+			m.logResyncFailure(id, err)
 		}
 		m.mu.Lock()
 		st := m.state(id)
@@ -536,6 +537,26 @@ func (m *Manager) runResync(id string) {
 		st.again = false
 		m.mu.Unlock()
 	}
+}
+
+// logResyncFailure logs a failed re-discovery once: not when the tool is
+// not stored yet (a list_changed that came before the registration it
+// belongs to: retried, and nothing is wrong), nor when the connector's
+// session could not open (the session logs each of its attempts, with why
+// and when it tries again).
+func (m *Manager) logResyncFailure(id string, err error) {
+	if f, ok := fault.As(err); ok && f.Reason == fault.ReasonToolNotFound {
+		m.log.Debug("MCP re-discovery found no stored tool yet; retrying", "connector", id)
+		return
+	}
+	m.mu.Lock()
+	s := m.sessions[id]
+	m.mu.Unlock()
+	if s != nil && s.client.Problem() != "" {
+		m.log.Debug("MCP re-discovery failed: no session with the server (logged by the session)", "connector", id)
+		return
+	}
+	m.log.Warn("MCP re-discovery failed", "connector", id, "error", err.Error())
 }
 
 // failed schedules a retry of a failed discovery, backing off.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/secrets"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/store/memory"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 	"github.com/toolsvc/toolsvc/internal/tools/httpconn"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
@@ -35,6 +37,8 @@ type fakeServer struct {
 	calls    []string
 	sessions []*fakeSession
 	dialErr  error
+	// problem is what the sessions' Problem says: why none could open.
+	problem string
 }
 
 type fakeSession struct {
@@ -121,7 +125,37 @@ func (f *fakeSession) changed() {
 	fn()
 }
 
-func (f *fakeSession) Problem() string { return "" }
+func (f *fakeSession) Problem() string {
+	f.srv.mu.Lock()
+	defer f.srv.mu.Unlock()
+	return f.srv.problem
+}
+
+// setProblem makes the sessions unable to open (problem says why) or, with
+// problem "", open but failing tools/list with err (nil: answering).
+func (s *fakeServer) setProblem(problem string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.problem, s.toolsErr = problem, err
+}
+
+// logBuffer holds what a logger wrote, for concurrent use.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
 
 func (f *fakeSession) Close() error {
 	f.mu.Lock()
@@ -161,13 +195,19 @@ type rig struct {
 	m   *Manager
 	reg *registry.Registry
 	st  store.Store
+	// resyncs counts the re-discoveries that have finished.
+	resyncs *atomic.Int32
+	// logs is what the Manager logged, at every level.
+	logs *logBuffer
 }
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	srv := &fakeServer{tools: serverTools()}
 	trust := testTrust(t)
-	m := New(Options{Secrets: secretsStore(), MCP: srv.dial, Trust: trust})
+	logs := &logBuffer{}
+	m := New(Options{Secrets: secretsStore(), MCP: srv.dial, Trust: trust,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	m.retryBase = 20 * time.Millisecond
 	st := memory.New()
 	reg, err := registry.New(registry.Options{Store: st, Connectors: m, Trust: trust})
@@ -178,8 +218,10 @@ func newRig(t *testing.T) *rig {
 	if err := reg.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	resyncs := new(atomic.Int32)
 	m.SetResync(func(ctx context.Context, id string) error {
 		_, _, err := reg.Rediscover(ctx, id, "toolsvc")
+		resyncs.Add(1)
 		return err
 	})
 	t.Cleanup(func() {
@@ -187,7 +229,7 @@ func newRig(t *testing.T) *rig {
 		cancel()
 		st.Close()
 	})
-	return &rig{srv: srv, m: m, reg: reg, st: st}
+	return &rig{srv: srv, m: m, reg: reg, st: st, resyncs: resyncs, logs: logs}
 }
 
 // testTrust lets the API run files-server (found at /usr/bin/files-server)
@@ -336,24 +378,14 @@ func TestCallsGoToTheServerToolAndAreScrubbed(t *testing.T) {
 	}
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 5s: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestListChangedBumpsTheVersion(t *testing.T) {
 	r := newRig(t)
 	r.register(t)
 	ctx := context.Background()
 	// A list_changed that changes nothing writes nothing.
+	before := r.resyncs.Load()
 	r.srv.current().changed()
-	time.Sleep(50 * time.Millisecond)
+	testutil.Eventually(t, 5*time.Second, "the re-discovery the list_changed asked for", func() bool { return r.resyncs.Load() > before })
 	if got, _ := r.reg.Get(ctx, "files"); got.Version != 1 {
 		t.Fatalf("an unchanged list bumped the version to %d", got.Version)
 	}
@@ -362,7 +394,7 @@ func TestListChangedBumpsTheVersion(t *testing.T) {
 	list = append(list, connector.ServerTool{Action: "new_tool", Name: "new_tool", InputSchema: json.RawMessage(`{"type":"object"}`)})
 	r.srv.set(list, nil)
 	r.srv.current().changed()
-	eventually(t, "the tool's version is bumped", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the tool's version is bumped", func() bool {
 		got, _ := r.reg.Get(ctx, "files")
 		return got.Version == 2
 	})
@@ -373,6 +405,47 @@ func TestListChangedBumpsTheVersion(t *testing.T) {
 	evs, err := r.st.ListAuditEvents(ctx, store.AuditFilter{Tool: "files", Types: []string{audit.ToolUpdated}})
 	if err != nil || len(evs) != 1 || evs[0].DetailMap()["reason"] != registry.ReasonDiscovery || evs[0].DetailMap()["version"] != int64(2) && evs[0].DetailMap()["version"] != float64(2) {
 		t.Fatalf("audit: %v %+v", err, evs)
+	}
+}
+
+// TestListChangedBeforeRegistration: a server may say its list changed as
+// soon as its session opens, before the tool it serves is stored (the tools
+// file's sync discovers first, then stores). That re-discovery finds no
+// tool: nothing is wrong, and nothing is logged as a failure.
+func TestListChangedBeforeRegistration(t *testing.T) {
+	r := newRig(t)
+	if _, err := r.m.Discover(context.Background(), filesTool()); err != nil {
+		t.Fatal(err)
+	}
+	r.srv.current().changed()
+	testutil.Eventually(t, 5*time.Second, "the re-discovery the list_changed asked for", func() bool { return r.resyncs.Load() > 0 })
+	logs := r.logs.String()
+	if strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "found no stored tool yet") {
+		t.Fatalf("a list_changed before registration logged:\n%s", logs)
+	}
+}
+
+// TestFailingConnectorLoggedOnce: a connector whose session cannot open
+// is logged by the session, at each attempt (why, when it tries again);
+// the re-discoveries it fails are not logged again. A server that answers
+// but fails to list its tools is logged by the Manager.
+func TestFailingConnectorLoggedOnce(t *testing.T) {
+	r := newRig(t)
+	r.register(t)
+	r.srv.setProblem("cannot start files-server: exit status 1", errors.New("no session with the server before the deadline"))
+	before := r.resyncs.Load()
+	r.m.Resync("files")
+	testutil.Eventually(t, 5*time.Second, "a failed re-discovery", func() bool { return r.resyncs.Load() > before })
+	if logs := r.logs.String(); strings.Contains(logs, `level=WARN msg="MCP re-discovery failed"`) {
+		t.Fatalf("a session's failure logged again by the Manager:\n%s", logs)
+	}
+
+	r.srv.setProblem("", errors.New("tools/list: internal error"))
+	before = r.resyncs.Load()
+	r.m.Resync("files")
+	testutil.Eventually(t, 5*time.Second, "a failed re-discovery", func() bool { return r.resyncs.Load() > before })
+	if logs := r.logs.String(); !strings.Contains(logs, `level=WARN msg="MCP re-discovery failed"`) || !strings.Contains(logs, "tools/list: internal error") {
+		t.Fatalf("a failing tools/list was not logged:\n%s", logs)
 	}
 }
 
@@ -392,7 +465,7 @@ func TestFailedDiscoveryIsRetried(t *testing.T) {
 		t.Fatalf("actions before discovery: %v", got.Actions)
 	}
 	r.srv.set(serverTools(), nil)
-	eventually(t, "a retry discovers the tools", func() bool {
+	testutil.Eventually(t, 5*time.Second, "a retry discovers the tools", func() bool {
 		got, _ := r.reg.Get(ctx, "files")
 		return len(got.Actions) == len(serverTools())
 	})
@@ -468,7 +541,7 @@ func TestFailedDialIsRetried(t *testing.T) {
 	r.srv.mu.Lock()
 	r.srv.dialErr = nil
 	r.srv.mu.Unlock()
-	eventually(t, "a retry opens the session and discovers", func() bool {
+	testutil.Eventually(t, 5*time.Second, "a retry opens the session and discovers", func() bool {
 		got, _ := r.reg.Get(ctx, "files")
 		return len(got.Actions) == len(serverTools())
 	})

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/secrets"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
@@ -270,7 +271,7 @@ func TestStdioKilledMidCall(t *testing.T) {
 				_, err := c.Call(ctxFor(t, 20*time.Second), "block", []byte(`{"signal":`+quote(signal)+`}`))
 				done <- err
 			}()
-			waitFor(t, "the call to reach the server", func() bool { _, err := os.Stat(signal); return err == nil })
+			testutil.Eventually(t, 10*time.Second, "the call to reach the server", func() bool { _, err := os.Stat(signal); return err == nil })
 			if err := syscall.Kill(pid1, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -302,12 +303,12 @@ func TestStdioKilledIdle(t *testing.T) {
 	}
 	// Once the process is gone (a signal is delivered asynchronously: a
 	// request written before is in its stdin, and its outcome is unknown).
-	waitFor(t, "the process to die", func() bool { return processGone(pid1) })
+	testutil.Eventually(t, 10*time.Second, "the process to die", func() bool { return processGone(pid1) })
 	pid2 := int(valueMap(t, mustCall(t, c, "pid", `{}`))["pid"].(float64))
 	if pid2 == pid1 || c.Status().PID != pid2 {
 		t.Errorf("pids %d then %d, status %d", pid1, pid2, c.Status().PID)
 	}
-	waitFor(t, "a list-changed callback after the reconnection", func() bool { return fired.Load() > 0 })
+	testutil.Eventually(t, 10*time.Second, "a list-changed callback after the reconnection", func() bool { return fired.Load() > 0 })
 	if !strings.Contains(logs.String(), "MCP session lost") {
 		t.Error("the loss is not logged")
 	}
@@ -344,11 +345,11 @@ func TestHTTPServerRestart(t *testing.T) {
 				// Sessionless: the end of the notification stream told the
 				// connector; let it reconnect before the next restart, which
 				// would cut that too.
-				waitFor(t, "a new session", func() bool { st := c.Status(); return st.Connected && st.Opened == 2 })
+				testutil.Eventually(t, 10*time.Second, "a new session", func() bool { st := c.Status(); return st.Connected && st.Opened == 2 })
 			}
 			h.restart()
 			if v >= "2026-07-28" {
-				waitFor(t, "a new session", func() bool { st := c.Status(); return st.Connected && st.Opened == 3 })
+				testutil.Eventually(t, 10*time.Second, "a new session", func() bool { st := c.Status(); return st.Connected && st.Opened == 3 })
 			} else {
 				// Idle: the client sees its kept-alive connections closed. (A
 				// call sent on one in the instant it closes gets no answer:
@@ -511,7 +512,7 @@ func TestSecretsStdio(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the loss to be logged", func() bool { return strings.Contains(logs.String(), "MCP session lost") })
+	testutil.Eventually(t, 10*time.Second, "the loss to be logged", func() bool { return strings.Contains(logs.String(), "MCP session lost") })
 	if !strings.Contains(logs.String(), "starting with token "+secrets.Redacted) {
 		t.Errorf("the stderr tail is not in the log (scrubbed): %s", logs.String())
 	}
@@ -698,7 +699,7 @@ func TestClose(t *testing.T) {
 		_, err := c.Call(ctxFor(t, 30*time.Second), "block", []byte(`{"signal":`+quote(signal)+`}`))
 		done <- err
 	}()
-	waitFor(t, "the call to reach the server", func() bool { _, err := os.Stat(signal); return err == nil })
+	testutil.Eventually(t, 10*time.Second, "the call to reach the server", func() bool { _, err := os.Stat(signal); return err == nil })
 	start := time.Now()
 	if err := c.Close(); err != nil {
 		t.Fatal(err)

@@ -128,18 +128,6 @@ func valueMap(t *testing.T, res *toolkit.Result) map[string]any {
 	return m
 }
 
-// waitFor polls cond until it holds or 10s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // processGone reports whether no process has the pid.
 func processGone(pid int) bool {
 	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
