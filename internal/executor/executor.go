@@ -337,7 +337,7 @@ func (e *Executor) pipeline(ctx context.Context, c *call) (resp *Response, err e
 	}
 	if entry.Impl == nil {
 		return nil, e.reject(ctx, c, fault.ToolUnavailable(req.Tool,
-			fmt.Sprintf("its connector %q is not available on this server", entry.Tool.ConnectorID), 0))
+			fmt.Sprintf("its connector %q is not available on this server", entry.Tool.ProviderID), 0))
 	}
 
 	// 3. Scopes: granted = principal ∩ request; every required scope held.

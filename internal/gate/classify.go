@@ -230,7 +230,7 @@ func activation(in RiskInput) (map[string]any, error) {
 	}
 	if t := in.Tool; t != nil {
 		tool["name"] = t.Name
-		tool["connector_id"] = t.ConnectorID
+		tool["connector_id"] = t.ProviderID
 		tool["default_risk"] = riskName(t.DefaultRisk)
 		tool["version"] = t.Version
 		tool["capabilities"] = nonNil(t.Capabilities)

@@ -112,7 +112,7 @@ func newEnv(t *testing.T, tools ...string) *env {
 func (e *env) createTool(name string) {
 	e.t.Helper()
 	if _, err := e.mem.CreateTool(e.ctx, store.CreateToolParams{
-		Tool: &store.Tool{Name: name, Description: "test tool", ProviderType: store.ProviderNative, Source: store.SourceAPI, Incarnation: "inc-" + name},
+		Tool: &store.Tool{Name: name, Description: "test tool", ProviderType: store.ProviderInProcess, Source: store.SourceAPI, Incarnation: "inc-" + name},
 		Now:  e.clock.Now(),
 	}); err != nil {
 		e.t.Fatalf("create tool %s: %v", name, err)

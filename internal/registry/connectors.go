@@ -42,7 +42,7 @@ func (r *Registry) discoverInto(ctx context.Context, t, cur *store.Tool) {
 	t.Connector.Discovered = nil
 	// The connector sees the definition as it will be stored (timeouts
 	// defaulted), the one its calls will be bound to.
-	found, err := r.connectors.Discover(ctx, normalize(t))
+	found, err := r.host.Discover(ctx, normalize(t))
 	if err == nil {
 		t.Connector.Discovered = checkDiscovered(found)
 		return
@@ -125,10 +125,10 @@ func (r *Registry) Rediscover(ctx context.Context, name, actor string) (*store.T
 			r.refused(ctx, cur, RegisterParams{Source: cur.Source, Actor: actor, Reason: ReasonDiscovery}, err)
 			return nil, false, err
 		}
-		if !isMCPConnector(cur) || r.connectors == nil {
+		if !isMCPConnector(cur) || r.host == nil {
 			return cur, false, nil
 		}
-		found, err := r.connectors.Discover(ctx, cur)
+		found, err := r.host.Discover(ctx, cur)
 		if err != nil {
 			return nil, false, fault.ConnectorUnavailable(name, "its server could not be reached to discover its tools: "+err.Error(), 0)
 		}
@@ -157,17 +157,17 @@ func (r *Registry) Rediscover(ctx context.Context, name, actor string) (*store.T
 // ConnectorProblem says why the connector tool of e cannot serve calls now,
 // or "" (also for a tool that is not a connector): its definition breaks
 // the trust rules, or its server cannot be started or reached
-// (tools.Connectors.Problem).
+// (tools.ConnectorHost.Problem).
 func (r *Registry) ConnectorProblem(e *Entry) string {
 	switch {
 	case e == nil || e.Tool.Connector == nil:
 		return ""
 	case e.refusal != nil:
 		return "it is not served: " + e.refusal.Error()
-	case r.connectors == nil:
+	case r.host == nil:
 		return ""
 	}
-	return r.connectors.Problem(e.Tool.Name)
+	return r.host.Problem(e.Tool.Name)
 }
 
 // MCPConnectors lists the names of the cached tools declared as MCP

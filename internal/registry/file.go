@@ -98,7 +98,7 @@ type FileDefs struct {
 type fileTool struct {
 	Name            string       `yaml:"name"`
 	Description     string       `yaml:"description"`
-	ConnectorID     string       `yaml:"connector_id"`
+	ProviderID      string       `yaml:"connector_id"`
 	ProviderType    string       `yaml:"provider_type"`
 	Capabilities    []string     `yaml:"capabilities"`
 	RequiredScopes  []string     `yaml:"required_scopes"`
@@ -368,7 +368,7 @@ func convertTool(ft *fileTool) (*store.Tool, []fileProblem) {
 	t := &store.Tool{
 		Name:            ft.Name,
 		Description:     ft.Description,
-		ConnectorID:     ft.ConnectorID,
+		ProviderID:      ft.ProviderID,
 		ProviderType:    store.ProviderType(strings.ToLower(strings.TrimSpace(ft.ProviderType))),
 		Capabilities:    ft.Capabilities,
 		RequiredScopes:  ft.RequiredScopes,

@@ -32,12 +32,12 @@ import (
 type Options struct {
 	// Store holds the definitions. Required.
 	Store store.Store
-	// Providers bind tools to implementations, keyed by their ConnectorID.
+	// Providers bind tools to implementations, keyed by their ID (store.Tool.ProviderID).
 	Providers []tools.Provider
-	// Connectors binds and discovers tools declared as connectors; nil
+	// ConnectorHost binds and discovers tools declared as connectors; nil
 	// leaves them unbound (their calls answer that the connector is not
 	// served here).
-	Connectors tools.Connectors
+	ConnectorHost tools.ConnectorHost
 	// Trust is what the server's configuration lets connectors defined
 	// through the API do; nil trusts nothing but the tools file
 	// (docs/connectors.md#threat-model).
@@ -50,14 +50,14 @@ type Options struct {
 
 // Registry is the tool registry. It is safe for concurrent use.
 type Registry struct {
-	store      store.Store
-	providers  map[string]tools.Provider
-	connectors tools.Connectors
-	trust      *connector.Trust
-	order      []tools.Provider // as given, for Builtins
-	check      checker
-	now        func() time.Time
-	log        *slog.Logger
+	store     store.Store
+	providers map[string]tools.Provider
+	host      tools.ConnectorHost
+	trust     *connector.Trust
+	order     []tools.Provider // as given, for Builtins
+	check     checker
+	now       func() time.Time
+	log       *slog.Logger
 
 	// cache is the current snapshot, replaced whole on every change.
 	cache atomic.Pointer[map[string]*Entry]
@@ -90,26 +90,26 @@ func New(o Options) (*Registry, error) {
 		return nil, errors.New("registry: a store is required")
 	}
 	r := &Registry{
-		store:      o.Store,
-		connectors: o.Connectors,
-		trust:      o.Trust,
-		providers:  make(map[string]tools.Provider, len(o.Providers)),
-		now:        o.Now,
-		log:        o.Logger,
-		applied:    make(map[string]uint64),
+		store:     o.Store,
+		host:      o.ConnectorHost,
+		trust:     o.Trust,
+		providers: make(map[string]tools.Provider, len(o.Providers)),
+		now:       o.Now,
+		log:       o.Logger,
+		applied:   make(map[string]uint64),
 	}
 	for _, p := range o.Providers {
 		if p == nil {
 			return nil, errors.New("registry: nil provider")
 		}
-		id := p.ConnectorID()
+		id := p.ID()
 		if _, dup := r.providers[id]; dup {
 			return nil, fmt.Errorf("registry: two providers for connector %q", id)
 		}
 		r.providers[id] = p
 		r.order = append(r.order, p)
 	}
-	r.check = checker{providers: r.providers, connectors: o.Connectors}
+	r.check = checker{providers: r.providers, host: o.ConnectorHost}
 	if r.now == nil {
 		r.now = time.Now
 	}
@@ -319,10 +319,10 @@ func (r *Registry) reloadAll(ctx context.Context) error {
 // store holds.
 func (r *Registry) apply(ticket uint64, changes map[string]*Entry) {
 	forget := r.install(ticket, changes)
-	if r.connectors != nil {
+	if r.host != nil {
 		// Not under mu: closing a session may take a moment.
 		for _, name := range forget {
-			r.connectors.Forget(name)
+			r.host.Forget(name)
 		}
 	}
 }
@@ -392,8 +392,8 @@ func (r *Registry) entryFor(ctx context.Context, t *store.Tool) *Entry {
 			r.log.WarnContext(ctx, "connector tool is not served: its definition breaks the trust rules", "tool", t.Name, "error", err)
 			return e
 		}
-		if r.connectors != nil {
-			impl, err := r.connectors.Bind(t)
+		if r.host != nil {
+			impl, err := r.host.Bind(t)
 			if err != nil {
 				r.log.WarnContext(ctx, "connector tool cannot be served", "tool", t.Name, "error", err)
 			} else {
@@ -402,10 +402,10 @@ func (r *Registry) entryFor(ctx context.Context, t *store.Tool) *Entry {
 		}
 		return e
 	}
-	if p, ok := r.providers[t.ConnectorID]; ok {
+	if p, ok := r.providers[t.ProviderID]; ok {
 		impl, err := p.Bind(t)
 		if err != nil {
-			r.log.WarnContext(ctx, "tool cannot be bound to its connector", "tool", t.Name, "connector", t.ConnectorID, "error", err)
+			r.log.WarnContext(ctx, "tool cannot be bound to its connector", "tool", t.Name, "connector", t.ProviderID, "error", err)
 		} else {
 			e.Impl = impl
 		}
@@ -501,7 +501,7 @@ func (r *Registry) Register(ctx context.Context, p RegisterParams) (*store.Tool,
 		return nil, false, err
 	}
 	done := func(bool) {}
-	if isMCPConnector(in) && r.connectors != nil {
+	if isMCPConnector(in) && r.host != nil {
 		// What the server offers is asked only of a valid definition (its
 		// command is not run before it passed validation).
 		def := cloneTool(in)
@@ -726,7 +726,7 @@ func (r *Registry) Sync(ctx context.Context, source store.ToolSource, defs []*st
 				continue
 			}
 		}
-		if len(v) == 0 && isMCPConnector(def) && r.connectors != nil {
+		if len(v) == 0 && isMCPConnector(def) && r.host != nil {
 			// A server that does not answer does not stop the sync: the
 			// tool keeps what was discovered before, or waits for it.
 			d := cloneTool(def)

@@ -72,7 +72,7 @@ func TestRegisterCreateUpdateNoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stored.Description != "Echo text back" || stored.Timeout != DefaultTimeout || stored.ProviderType != store.ProviderNative {
+	if stored.Description != "Echo text back" || stored.Timeout != DefaultTimeout || stored.ProviderType != store.ProviderInProcess {
 		t.Fatalf("stored definition not normalized: %q %s %q", stored.Description, stored.Timeout, stored.ProviderType)
 	}
 	// The cache has it at once, without Start or a notification.
@@ -380,7 +380,7 @@ func names(ts []*store.Tool) []string {
 
 func fileDef(name, action string) *store.Tool {
 	return &store.Tool{
-		Name: name, Description: "A file tool", ConnectorID: "demo", DefaultRisk: toolkit.RiskLow,
+		Name: name, Description: "A file tool", ProviderID: "demo", DefaultRisk: toolkit.RiskLow,
 		Actions: []store.Action{{Name: action, Description: "Act"}},
 		Source:  store.SourceFile,
 	}
@@ -871,7 +871,7 @@ func TestLoadKeepsToolsThatNoLongerValidate(t *testing.T) {
 	// Written by another build: a connector this process does not serve and
 	// a schema this build cannot compile.
 	odd := fileDef("odd", "run")
-	odd.ConnectorID = "elsewhere"
+	odd.ProviderID = "elsewhere"
 	odd.Actions[0].InputSchema = []byte(`{"type":"object","properties":{"n":{"type":"integer","minimum":"one"}}}`)
 	odd.Incarnation = "inc-odd"
 	if _, err := st.CreateTool(ctx, store.CreateToolParams{Tool: odd, Now: time.Now()}); err != nil {

@@ -53,10 +53,10 @@ type prepared struct {
 
 // checker validates definitions. providers is nil when no provider is known
 // (a tools file checked on its own): provider-dependent rules are skipped.
-// connectors, when set, binds tools declared as connectors.
+// host, when set, binds tools declared as connectors.
 type checker struct {
-	providers  map[string]tools.Provider
-	connectors tools.Connectors
+	providers map[string]tools.Provider
+	host      tools.ConnectorHost
 }
 
 // normalize returns a deep copy of t as it would be stored: descriptions
@@ -71,7 +71,7 @@ func normalize(t *store.Tool) *store.Tool {
 	n.Description = strings.TrimSpace(n.Description)
 	n.Guidance = strings.TrimSpace(n.Guidance)
 	if n.ProviderType == "" {
-		n.ProviderType = store.ProviderNative
+		n.ProviderType = store.ProviderInProcess
 	}
 	if n.Timeout == 0 {
 		n.Timeout = DefaultTimeout
@@ -120,8 +120,8 @@ func normalize(t *store.Tool) *store.Tool {
 // each action to its annotations), the actions and preview support.
 func applyConnector(t *store.Tool) {
 	t.Connector = connector.Normalize(t.Connector)
-	if t.ConnectorID == "" {
-		t.ConnectorID = t.Name
+	if t.ProviderID == "" {
+		t.ProviderID = t.Name
 	}
 	switch t.Connector.Type {
 	case connector.TypeMCP:
@@ -133,7 +133,7 @@ func applyConnector(t *store.Tool) {
 		}
 	case connector.TypeHTTP:
 		if t.ProviderType == "" {
-			t.ProviderType = store.ProviderNative
+			t.ProviderType = store.ProviderInProcess
 		}
 		if t.DefaultRisk == toolkit.RiskUnspecified {
 			t.DefaultRisk = toolkit.RiskMedium
@@ -184,13 +184,13 @@ func (c checker) prepare(in *store.Tool) (*prepared, fault.Violations) {
 	checkDescription(&v, "tool.description", t.Description)
 	checkGuidance(&v, "tool.guidance", t.Guidance)
 	switch {
-	case t.ConnectorID == "":
+	case t.ProviderID == "":
 		v.Add("tool.connector_id", "is required")
-	case !v.CheckText("tool.connector_id", t.ConnectorID):
-	case !namePattern.MatchString(t.ConnectorID):
+	case !v.CheckText("tool.connector_id", t.ProviderID):
+	case !namePattern.MatchString(t.ProviderID):
 		v.Add("tool.connector_id", "must match ^[a-z0-9_-]{1,64}$")
 	}
-	if t.ProviderType != store.ProviderNative && t.ProviderType != store.ProviderMCP {
+	if t.ProviderType != store.ProviderInProcess && t.ProviderType != store.ProviderMCP {
 		v.Add("tool.provider_type", "must be native or mcp, not %s", safetext.Quote(string(t.ProviderType)))
 	}
 	checkLabels(&v, "tool.capabilities", t.Capabilities)
@@ -269,10 +269,10 @@ func (c checker) prepare(in *store.Tool) (*prepared, fault.Violations) {
 // checkConnector validates what is particular to a tool declared as a
 // connector: in is the definition as given, t normalized.
 func checkConnector(v *fault.Violations, in, t *store.Tool) {
-	if in.ConnectorID != "" && in.ConnectorID != in.Name {
+	if in.ProviderID != "" && in.ProviderID != in.Name {
 		v.Add("tool.connector_id", "a connector is served under its own name: leave connector_id empty or set it to %q", in.Name)
 	}
-	want := store.ProviderNative
+	want := store.ProviderInProcess
 	if t.Connector.Type == connector.TypeMCP {
 		want = store.ProviderMCP
 	}
@@ -486,11 +486,11 @@ func (c checker) bind(v *fault.Violations, p *prepared) {
 		c.bindConnector(v, p)
 		return
 	}
-	if c.providers == nil || !namePattern.MatchString(t.ConnectorID) {
+	if c.providers == nil || !namePattern.MatchString(t.ProviderID) {
 		return
 	}
-	prov, ok := c.providers[t.ConnectorID]
-	if t.ProviderType != store.ProviderNative {
+	prov, ok := c.providers[t.ProviderID]
+	if t.ProviderType != store.ProviderInProcess {
 		// MCP tools are discovered from a server that may be unreachable at
 		// registration: bind if possible, never refuse.
 		if ok && len(*v) == 0 {
@@ -501,7 +501,7 @@ func (c checker) bind(v *fault.Violations, p *prepared) {
 		return
 	}
 	if !ok {
-		v.Add("tool.connector_id", "no native provider serves connector %q in this build", t.ConnectorID)
+		v.Add("tool.connector_id", "no native provider serves connector %q in this build", t.ProviderID)
 		return
 	}
 	if len(*v) > 0 {
@@ -510,11 +510,11 @@ func (c checker) bind(v *fault.Violations, p *prepared) {
 	}
 	impl, err := prov.Bind(t)
 	if err != nil {
-		v.Add("tool.connector_id", "connector %q cannot serve this tool: %v", t.ConnectorID, err)
+		v.Add("tool.connector_id", "connector %q cannot serve this tool: %v", t.ProviderID, err)
 		return
 	}
 	if impl == nil {
-		v.Add("tool.connector_id", "connector %q returned no implementation", t.ConnectorID)
+		v.Add("tool.connector_id", "connector %q returned no implementation", t.ProviderID)
 		return
 	}
 	if declared := impl.Definition().Actions; len(declared) > 0 {
@@ -524,7 +524,7 @@ func (c checker) bind(v *fault.Violations, p *prepared) {
 		}
 		for i, a := range t.Actions {
 			if !have[a.Name] {
-				v.Add(fmt.Sprintf("tool.actions[%d].name", i), "the implementation of connector %q has no action %s", t.ConnectorID, safetext.Quote(a.Name))
+				v.Add(fmt.Sprintf("tool.actions[%d].name", i), "the implementation of connector %q has no action %s", t.ProviderID, safetext.Quote(a.Name))
 			}
 		}
 	}
@@ -533,14 +533,14 @@ func (c checker) bind(v *fault.Violations, p *prepared) {
 	// PREVIEW gate would have nothing to show.
 	_, previews := impl.(toolkit.Previewer)
 	if t.SupportsPreview && !previews {
-		v.Add("tool.supports_preview", "the implementation of connector %q cannot preview", t.ConnectorID)
+		v.Add("tool.supports_preview", "the implementation of connector %q cannot preview", t.ProviderID)
 	}
 	t.SupportsPreview = previews
 	if _, checks := impl.(toolkit.ResourceChecker); !checks {
 		for k, pol := range t.Policies {
 			if rw := pol.ReadBeforeWrite; rw != nil && len(rw.CreateActions) > 0 {
 				v.Add(fmt.Sprintf("tool.policies[%d].read_before_write.create_actions", k),
-					"the implementation of connector %q cannot tell whether a resource exists (toolkit.ResourceChecker)", t.ConnectorID)
+					"the implementation of connector %q cannot tell whether a resource exists (toolkit.ResourceChecker)", t.ProviderID)
 			}
 		}
 	}
@@ -551,10 +551,10 @@ func (c checker) bind(v *fault.Violations, p *prepared) {
 // that cannot be served is refused; an MCP connector never is (its server
 // may be down now and up later).
 func (c checker) bindConnector(v *fault.Violations, p *prepared) {
-	if c.connectors == nil || len(*v) > 0 {
+	if c.host == nil || len(*v) > 0 {
 		return
 	}
-	impl, err := c.connectors.Bind(p.tool)
+	impl, err := c.host.Bind(p.tool)
 	if err != nil {
 		// A refusal of the trust rules is the registry's to answer, as
 		// itself (Register); so is an MCP server that may be down now and

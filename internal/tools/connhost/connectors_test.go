@@ -1,4 +1,4 @@
-package connectors
+package connhost
 
 import (
 	"context"
@@ -158,7 +158,7 @@ func secretsStore() secrets.Store {
 
 type rig struct {
 	srv *fakeServer
-	m   *Manager
+	m   *Host
 	reg *registry.Registry
 	st  store.Store
 }
@@ -170,7 +170,7 @@ func newRig(t *testing.T) *rig {
 	m := New(Options{Secrets: secretsStore(), MCP: srv.dial, Trust: trust})
 	m.retryBase = 20 * time.Millisecond
 	st := memory.New()
-	reg, err := registry.New(registry.Options{Store: st, Connectors: m, Trust: trust})
+	reg, err := registry.New(registry.Options{Store: st, ConnectorHost: m, Trust: trust})
 	if err != nil {
 		t.Fatal(err)
 	}
