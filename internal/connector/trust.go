@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/secrets"
 )
 
@@ -106,7 +107,7 @@ func NewTrust(cfg TrustConfig) (*Trust, error) {
 	for i, d := range cfg.Destinations {
 		at := fmt.Sprintf("secrets.destinations[%d]", i)
 		if !validID(d.Connector) {
-			errs = append(errs, fmt.Errorf("%s.connector: must be a connector id (^[a-z0-9_-]{1,64}$), not %s", at, safeQuote(d.Connector)))
+			errs = append(errs, fmt.Errorf("%s.connector: must be a connector id (%s), not %s", at, names.Pattern, safeQuote(d.Connector)))
 		}
 		if d.Key != "" {
 			if err := secrets.CheckKey(d.Key); err != nil {
@@ -166,7 +167,7 @@ func (t *Trust) resolve(program string) (string, error) {
 	return filepath.Clean(abs), nil
 }
 
-func validID(id string) bool { return actionName.MatchString(id) }
+func validID(id string) bool { return names.Valid(id) }
 
 func parseHostRule(h string) (hostRule, error) {
 	h = strings.TrimSpace(h)

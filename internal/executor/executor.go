@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -35,6 +34,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/gate"
 	"github.com/toolsvc/toolsvc/internal/health"
 	"github.com/toolsvc/toolsvc/internal/idempotency"
+	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/policy"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/safetext"
@@ -233,7 +233,6 @@ type Response struct {
 }
 
 var (
-	namePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 	// maxContextID bounds trace, task and step identifiers.
 	maxContextID = 255
 )
@@ -654,11 +653,11 @@ func (e *Executor) evaluate(ctx context.Context, c *call) verdict {
 func (e *Executor) checkEnvelope(ctx context.Context, c *call) error {
 	var v fault.Violations
 	r := c.req
-	if !namePattern.MatchString(r.Tool) {
-		v.Add("tool", "must match ^[a-z0-9_-]{1,64}$")
+	if !names.Valid(r.Tool) {
+		v.Add("tool", "must match %s", names.Pattern)
 	}
-	if !namePattern.MatchString(r.Action) {
-		v.Add("action", "must match ^[a-z0-9_-]{1,64}$")
+	if !names.Valid(r.Action) {
+		v.Add("action", "must match %s", names.Pattern)
 	}
 	if r.IdempotencyKey != "" {
 		if err := idempotency.ValidateKey(r.IdempotencyKey); err != nil {

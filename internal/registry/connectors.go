@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolsvc/toolsvc/internal/connector"
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
@@ -76,7 +77,7 @@ func checkDiscovered(found []connector.ServerTool) []connector.ServerTool {
 		case d.Problem != "":
 		case i >= maxServerTools:
 			d.Problem = fmt.Sprintf("the server lists more than %d tools", maxServerTools)
-		case !namePattern.MatchString(d.Action):
+		case !names.Valid(d.Action):
 			d.Problem = "its action name is not valid"
 		case !utf8.ValidString(d.Name) || d.Name == "":
 			d.Problem = "its server name is empty or not valid UTF-8"

@@ -362,15 +362,15 @@ func TestList(t *testing.T) {
 	}
 	page, err := r.List(ctx, "", 2)
 	if err != nil || len(page) != 2 || page[0].Name != "echo" || page[1].Name != "other" {
-		t.Fatalf("first page %v %v", names(page), err)
+		t.Fatalf("first page %v %v", toolNames(page), err)
 	}
 	page, err = r.List(ctx, "other", 2)
 	if err != nil || len(page) != 1 || page[0].Name != "previewer" {
-		t.Fatalf("second page %v %v", names(page), err)
+		t.Fatalf("second page %v %v", toolNames(page), err)
 	}
 }
 
-func names(ts []*store.Tool) []string {
+func toolNames(ts []*store.Tool) []string {
 	out := make([]string, len(ts))
 	for i, t := range ts {
 		out[i] = t.Name

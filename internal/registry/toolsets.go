@@ -12,6 +12,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/export"
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
@@ -240,7 +241,7 @@ func checkToolset(v *fault.Violations, ts *store.Toolset, exists func(tool, acti
 			continue
 		}
 		tool, action, qualified := strings.Cut(ref, ".")
-		if !namePattern.MatchString(tool) || (qualified && !namePattern.MatchString(action)) {
+		if !names.Valid(tool) || (qualified && !names.Valid(action)) {
 			v.Add(field, "must be a tool's name or tool.action, not %s", safetext.Quote(ref))
 			continue
 		}

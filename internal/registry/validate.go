@@ -17,6 +17,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/connector"
 	"github.com/toolsvc/toolsvc/internal/export"
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/tools"
@@ -39,8 +40,6 @@ const (
 	// toolset's), in bytes.
 	MaxGuidance = 4096
 )
-
-var namePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 
 // prepared is a definition that passed validation, normalized as it will be
 // stored, with what the cache needs: its compiled schemas and, when its
@@ -187,8 +186,8 @@ func (c checker) prepare(in *store.Tool) (*prepared, fault.Violations) {
 	case t.ProviderID == "":
 		v.Add("tool.connector_id", "is required")
 	case !v.CheckText("tool.connector_id", t.ProviderID):
-	case !namePattern.MatchString(t.ProviderID):
-		v.Add("tool.connector_id", "must match ^[a-z0-9_-]{1,64}$")
+	case !names.Valid(t.ProviderID):
+		v.Add("tool.connector_id", "must match %s", names.Pattern)
 	}
 	if t.ProviderType != store.ProviderInProcess && t.ProviderType != store.ProviderMCP {
 		v.Add("tool.provider_type", "must be native or mcp, not %s", safetext.Quote(string(t.ProviderType)))
@@ -429,7 +428,7 @@ func checkPolicies(v *fault.Violations, t *store.Tool) {
 				if tool, action, qualified := strings.Cut(req, "."); qualified {
 					// Another tool's action: it may not be registered yet, so
 					// only the syntax is checked.
-					if !namePattern.MatchString(tool) || !namePattern.MatchString(action) {
+					if !names.Valid(tool) || !names.Valid(action) {
 						v.Add(rp, "must be an action name or tool.action, not %s", safetext.Quote(req))
 					}
 					continue
@@ -486,7 +485,7 @@ func (c checker) bind(v *fault.Violations, p *prepared) {
 		c.bindConnector(v, p)
 		return
 	}
-	if c.providers == nil || !namePattern.MatchString(t.ProviderID) {
+	if c.providers == nil || !names.Valid(t.ProviderID) {
 		return
 	}
 	prov, ok := c.providers[t.ProviderID]
@@ -572,8 +571,8 @@ func checkName(v *fault.Violations, field, name string) {
 	case name == "":
 		v.Add(field, "is required")
 	case !v.CheckText(field, name):
-	case !namePattern.MatchString(name):
-		v.Add(field, "must match ^[a-z0-9_-]{1,64}$, not %s", safetext.Quote(name))
+	case !names.Valid(name):
+		v.Add(field, "must match %s, not %s", names.Pattern, safetext.Quote(name))
 	}
 }
 

@@ -2,20 +2,16 @@ package server
 
 import (
 	"context"
-	"regexp"
 	"strings"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/export"
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
-
-// toolNamePattern is the API's rule for tool names (registry.proto); a
-// request naming a tool that could never exist is malformed, not NOT_FOUND.
-var toolNamePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 
 // toolListFilters identifies ListTools' page tokens: ListTools has no
 // filters, but the kind keeps another list's token from being accepted.
@@ -32,12 +28,14 @@ type registryServer struct {
 	exports *export.Exporter
 }
 
+// checkToolName applies the name rule (names.Valid): a request naming a
+// tool that could never exist is malformed, not NOT_FOUND.
 func checkToolName(v *fault.Violations, field, name string) {
 	switch {
 	case name == "":
 		v.Add(field, "is required")
-	case !toolNamePattern.MatchString(name):
-		v.Add(field, "must match ^[a-z0-9_-]{1,64}$")
+	case !names.Valid(name):
+		v.Add(field, "must match %s", names.Pattern)
 	}
 }
 

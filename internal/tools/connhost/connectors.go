@@ -1,12 +1,12 @@
 // Package connhost is the connector host (tools.ConnectorHost): it runs the
 // tools declared as connectors, whose definitions package connector owns:
 // an HTTP API through the HTTP connector (httpconn), an MCP server through
-// one long-lived MCP session per connector, shared by its calls. It is the glue between the registry and the protocol
-// clients, and it owns what is policy rather than protocol: which server
-// tool an action calls, previews mapped to side-effect-free actions,
-// re-discovery when a server says its tool list changed (and retries when a
-// discovery failed), and scrubbing every secret a connector fetched from
-// what it returns.
+// one long-lived MCP session per connector, shared by its calls. It is the
+// glue between the registry and the protocol clients, and it owns what is
+// policy rather than protocol: which server tool an action calls, previews
+// mapped to side-effect-free actions, re-discovery when a server says its
+// tool list changed (and retries when a discovery failed), and scrubbing
+// every secret a connector fetched from what it returns.
 //
 // The MCP client (package internal/tools/mcp) is reached through MCPClient
 // and MCPDialer, so that this package is tested with a fake and the client

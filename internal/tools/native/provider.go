@@ -6,10 +6,10 @@ package native
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"time"
 
+	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/tools"
 	"github.com/toolsvc/toolsvc/toolkit"
@@ -19,9 +19,6 @@ import (
 // none. It matches the registry's default, so that a builtin definition reads
 // the same before and after it is stored.
 const DefaultTimeout = 30 * time.Second
-
-// namePattern is the registry's rule for tool, action and connector names.
-var namePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 
 // ErrUnknownTool is returned by Bind for a definition that names a tool the
 // provider does not have.
@@ -48,8 +45,8 @@ var _ tools.Provider = (*Provider)(nil)
 // definitions are checked (valid and unique tool names, at least one action,
 // valid and unique action names); an error names the problem.
 func NewProvider(id string, ts ...toolkit.Tool) (*Provider, error) {
-	if !namePattern.MatchString(id) {
-		return nil, fmt.Errorf("native provider: connector id %q must match %s", id, namePattern)
+	if !names.Valid(id) {
+		return nil, fmt.Errorf("native provider: connector id %q must match %s", id, names.Pattern)
 	}
 	p := &Provider{
 		id:    id,
@@ -61,8 +58,8 @@ func NewProvider(id string, ts ...toolkit.Tool) (*Provider, error) {
 			return nil, fmt.Errorf("native provider %q: tool %d is nil", id, i)
 		}
 		def := t.Definition()
-		if !namePattern.MatchString(def.Name) {
-			return nil, fmt.Errorf("native provider %q: tool %d: name %q must match %s", id, i, def.Name, namePattern)
+		if !names.Valid(def.Name) {
+			return nil, fmt.Errorf("native provider %q: tool %d: name %q must match %s", id, i, def.Name, names.Pattern)
 		}
 		if _, dup := p.tools[def.Name]; dup {
 			return nil, fmt.Errorf("native provider %q: duplicate tool name %q", id, def.Name)
@@ -72,8 +69,8 @@ func NewProvider(id string, ts ...toolkit.Tool) (*Provider, error) {
 		}
 		seen := make(map[string]bool, len(def.Actions))
 		for _, a := range def.Actions {
-			if !namePattern.MatchString(a.Name) {
-				return nil, fmt.Errorf("native provider %q: tool %q: action name %q must match %s", id, def.Name, a.Name, namePattern)
+			if !names.Valid(a.Name) {
+				return nil, fmt.Errorf("native provider %q: tool %q: action name %q must match %s", id, def.Name, a.Name, names.Pattern)
 			}
 			if seen[a.Name] {
 				return nil, fmt.Errorf("native provider %q: tool %q: duplicate action name %q", id, def.Name, a.Name)
