@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolsvc/toolsvc/internal/connector"
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/jsondoc"
 	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
@@ -65,7 +66,7 @@ func checkDiscovered(found []connector.ServerTool) []connector.ServerTool {
 	for _, d := range found {
 		d.Name = safetext.Bound(d.Name, maxServerToolName)
 		d.Description = safetext.Bound(d.Description, maxServerDescription)
-		d.InputSchema = compact(d.InputSchema)
+		d.InputSchema = jsondoc.Compact(d.InputSchema)
 		d.Problem = safetext.Bound(d.Problem, 300) // the client's reason for leaving it out
 		out = append(out, d)
 	}
@@ -133,7 +134,7 @@ func (r *Registry) Rediscover(ctx context.Context, name, actor string) (*store.T
 		if err != nil {
 			return nil, false, fault.ConnectorUnavailable(name, "its server could not be reached to discover its tools: "+err.Error(), 0)
 		}
-		def := cloneTool(cur)
+		def := cur.Clone()
 		def.Connector = connector.Normalize(def.Connector)
 		def.Connector.Discovered = checkDiscovered(found)
 		prep, v := r.check.prepare(def)
@@ -150,7 +151,7 @@ func (r *Registry) Rediscover(ctx context.Context, name, actor string) (*store.T
 		if err != nil {
 			return nil, false, err
 		}
-		return cloneTool(t), t.Version != cur.Version, nil
+		return t.Clone(), t.Version != cur.Version, nil
 	}
 	return nil, false, fault.ConcurrentWriters(name)
 }

@@ -370,7 +370,7 @@ func TestRegisterHTTPConnector(t *testing.T) {
 			t.Fatalf("an http connector has nothing to discover: %v", err)
 		}
 		// Problems are named where the definition has them.
-		bad := cloneTool(def)
+		bad := def.Clone()
 		bad.ProviderID = "other"
 		bad.ProviderType = store.ProviderMCP
 		bad.Connector.Actions[1].InputSchema = json.RawMessage(`{"type":"object","properties":{"id":{"type":"strin"}},"required":["id"]}`)
@@ -391,7 +391,7 @@ func TestRegisterHTTPConnector(t *testing.T) {
 				t.Errorf("no violation of %s: %v", want, f.Violations)
 			}
 		}
-		unbindable := cloneTool(def)
+		unbindable := def.Clone()
 		unbindable.Connector.BaseURL = "https://unbindable.example.com"
 		if _, _, err := r.Register(ctx, RegisterParams{Tool: unbindable, Actor: "ops"}); !isReason(err, fault.ReasonInvalidRequest) {
 			t.Fatalf("an unbindable definition: %v", err)

@@ -131,7 +131,7 @@ func (r *Registry) Builtins() []*store.Tool {
 	var defs []*store.Tool
 	for _, p := range r.order {
 		for _, t := range p.Builtin() {
-			c := cloneTool(t)
+			c := t.Clone()
 			c.Source = store.SourceBuiltin
 			defs = append(defs, c)
 		}
@@ -432,7 +432,7 @@ func (r *Registry) Get(_ context.Context, name string) (*store.Tool, error) {
 	if !ok {
 		return nil, fault.ToolNotFound(name)
 	}
-	return cloneTool(e.Tool), nil
+	return e.Tool.Clone(), nil
 }
 
 // List returns tools ordered by name after `after`, at most limit (0: all).
@@ -487,7 +487,7 @@ func (r *Registry) Register(ctx context.Context, p RegisterParams) (*store.Tool,
 		vs.Add("expected_version", "must not be negative")
 		return nil, false, vs.Err("invalid request")
 	}
-	in := cloneTool(p.Tool)
+	in := p.Tool.Clone()
 	if in != nil {
 		in.Source = p.Source
 	}
@@ -504,7 +504,7 @@ func (r *Registry) Register(ctx context.Context, p RegisterParams) (*store.Tool,
 	if isMCPConnector(in) && r.host != nil {
 		// What the server offers is asked only of a valid definition (its
 		// command is not run before it passed validation).
-		def := cloneTool(in)
+		def := in.Clone()
 		var cur *store.Tool
 		if e, ok := r.Lookup(def.Name); ok {
 			cur = e.Tool
@@ -533,7 +533,7 @@ func (r *Registry) Register(ctx context.Context, p RegisterParams) (*store.Tool,
 	if err != nil {
 		return nil, false, err
 	}
-	return cloneTool(t), created, nil
+	return t.Clone(), created, nil
 }
 
 // register writes a prepared definition with optimistic concurrency.
@@ -552,7 +552,7 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 			now := r.now()
 			// A new tool, even under a name used before: a new incarnation,
 			// which no earlier approval or preview was given for.
-			def := cloneTool(prep.tool)
+			def := prep.tool.Clone()
 			def.Incarnation = newIncarnation()
 			t, err := r.store.CreateTool(ctx, store.CreateToolParams{
 				Tool: def,
@@ -583,7 +583,7 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 		}
 		now := r.now()
 		t, err := r.store.UpdateTool(ctx, store.UpdateToolParams{
-			Tool:            cloneTool(prep.tool),
+			Tool:            prep.tool.Clone(),
 			ExpectedVersion: cur.Version,
 			Now:             now,
 			Events: []store.AuditEvent{toolEvent(audit.ToolUpdated, now, p.Actor, name, cur.Version+1, p.Source, p.Reason,
@@ -606,7 +606,7 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 
 // wouldStore is what a validate-only registration returns.
 func wouldStore(t *store.Tool, version int64, created, now time.Time) *store.Tool {
-	c := cloneTool(t)
+	c := t.Clone()
 	c.Version = version
 	c.CreatedAt = created
 	if created.IsZero() {
@@ -717,7 +717,7 @@ func (r *Registry) Sync(ctx context.Context, source store.ToolSource, defs []*st
 			problems = append(problems, fmt.Errorf("tool %q: already registered from source %s; skipped", name, cur.Source))
 			continue
 		}
-		def = cloneTool(def)
+		def = def.Clone()
 		def.Source = source
 		prep, v := r.check.prepare(def)
 		if len(v) == 0 {
@@ -729,7 +729,7 @@ func (r *Registry) Sync(ctx context.Context, source store.ToolSource, defs []*st
 		if len(v) == 0 && isMCPConnector(def) && r.host != nil {
 			// A server that does not answer does not stop the sync: the
 			// tool keeps what was discovered before, or waits for it.
-			d := cloneTool(def)
+			d := def.Clone()
 			r.discoverInto(ctx, d, existing[name])
 			prep, v = r.check.prepare(d)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/connector"
 	"github.com/toolsvc/toolsvc/internal/export"
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/jsondoc"
 	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
@@ -62,7 +63,7 @@ type checker struct {
 // trimmed, provider type and timeout defaulted, JSON documents compacted,
 // empty lists nil, output-only fields cleared.
 func normalize(t *store.Tool) *store.Tool {
-	n := cloneTool(t)
+	n := t.Clone()
 	n.Version, n.CreatedAt, n.UpdatedAt, n.Incarnation = 0, time.Time{}, time.Time{}, ""
 	if n.Connector != nil {
 		applyConnector(n)
@@ -97,16 +98,16 @@ func normalize(t *store.Tool) *store.Tool {
 		a := &n.Actions[i]
 		a.Description = strings.TrimSpace(a.Description)
 		a.Guidance = strings.TrimSpace(a.Guidance)
-		a.InputSchema = compact(a.InputSchema)
-		a.OutputSchema = compact(a.OutputSchema)
+		a.InputSchema = jsondoc.Compact(a.InputSchema)
+		a.OutputSchema = jsondoc.Compact(a.OutputSchema)
 		if len(a.Examples) == 0 {
 			a.Examples = nil
 		}
 		for j := range a.Examples {
 			ex := &a.Examples[j]
 			ex.Description = strings.TrimSpace(ex.Description)
-			ex.Input = compact(ex.Input)
-			ex.Output = compact(ex.Output)
+			ex.Input = jsondoc.Compact(ex.Input)
+			ex.Output = jsondoc.Compact(ex.Output)
 		}
 	}
 	return n
@@ -143,22 +144,6 @@ func applyConnector(t *store.Tool) {
 	}
 	t.Actions = t.Connector.ToolActions(t.DefaultRisk)
 	t.SupportsPreview = t.Connector.SupportsPreview()
-}
-
-// compact removes insignificant space from a JSON document; an invalid one is
-// kept as it is (validation reports it). JSON null counts as absent.
-func compact(raw json.RawMessage) json.RawMessage {
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil
-	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, raw); err != nil {
-		return raw
-	}
-	if buf.String() == "null" {
-		return nil
-	}
-	return buf.Bytes()
 }
 
 func nilIfEmpty(s []string) []string {
@@ -755,64 +740,6 @@ func entropy(s string) float64 {
 		h -= p * math.Log2(p)
 	}
 	return h
-}
-
-// cloneTool returns a deep copy of t.
-func cloneTool(t *store.Tool) *store.Tool {
-	if t == nil {
-		return nil
-	}
-	c := *t
-	c.Capabilities = cloneStrings(t.Capabilities)
-	c.RequiredScopes = cloneStrings(t.RequiredScopes)
-	if t.Actions != nil {
-		c.Actions = make([]store.Action, len(t.Actions))
-		for i, a := range t.Actions {
-			a.InputSchema = cloneRaw(a.InputSchema)
-			a.OutputSchema = cloneRaw(a.OutputSchema)
-			if a.Examples != nil {
-				ex := make([]store.Example, len(a.Examples))
-				for j, e := range a.Examples {
-					ex[j] = store.Example{Description: e.Description, Input: cloneRaw(e.Input), Output: cloneRaw(e.Output)}
-				}
-				a.Examples = ex
-			}
-			c.Actions[i] = a
-		}
-	}
-	if t.Policies != nil {
-		c.Policies = make([]store.Policy, len(t.Policies))
-		for i, p := range t.Policies {
-			var np store.Policy
-			if sd := p.SequentialDependency; sd != nil {
-				np.SequentialDependency = &store.SequentialDependency{Action: sd.Action, Requires: cloneStrings(sd.Requires)}
-			}
-			if rw := p.ReadBeforeWrite; rw != nil {
-				np.ReadBeforeWrite = &store.ReadBeforeWrite{
-					ReadActions:   cloneStrings(rw.ReadActions),
-					WriteActions:  cloneStrings(rw.WriteActions),
-					CreateActions: cloneStrings(rw.CreateActions),
-				}
-			}
-			c.Policies[i] = np
-		}
-	}
-	c.Connector = t.Connector.Clone()
-	return &c
-}
-
-func cloneStrings(s []string) []string {
-	if s == nil {
-		return nil
-	}
-	return append([]string(nil), s...)
-}
-
-func cloneRaw(r json.RawMessage) json.RawMessage {
-	if r == nil {
-		return nil
-	}
-	return append(json.RawMessage(nil), r...)
 }
 
 // sameDefinition reports whether two tools have the same definition (and

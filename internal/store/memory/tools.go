@@ -37,7 +37,7 @@ func (s *Store) CreateTool(ctx context.Context, p store.CreateToolParams) (*stor
 		tx.st.health[t.Name] = &store.ToolHealth{Tool: t.Name, Status: store.HealthHealthy, UpdatedAt: now}
 		tx.st.appendEvents(events)
 		tx.notify(store.TopicTools, t.Name)
-		out = cloneTool(t)
+		out = t.Clone()
 		return nil
 	})
 	return out, err
@@ -75,7 +75,7 @@ func (s *Store) UpdateTool(ctx context.Context, p store.UpdateToolParams) (*stor
 		tx.st.tools[t.Name] = t
 		tx.st.appendEvents(events)
 		tx.notify(store.TopicTools, t.Name)
-		out = cloneTool(t)
+		out = t.Clone()
 		return nil
 	})
 	return out, err
@@ -179,7 +179,7 @@ func (s *Store) GetTool(ctx context.Context, name string) (*store.Tool, error) {
 		if !ok {
 			return fmt.Errorf("tool %q: %w", name, store.ErrNotFound)
 		}
-		out = cloneTool(t)
+		out = t.Clone()
 		return nil
 	})
 	return out, err
@@ -197,7 +197,7 @@ func (s *Store) ListTools(ctx context.Context, p store.ListToolsParams) ([]*stor
 			if name <= p.After || (p.Source != "" && t.Source != p.Source) {
 				continue
 			}
-			out = append(out, cloneTool(t))
+			out = append(out, t.Clone())
 			if p.Limit > 0 && len(out) == p.Limit {
 				break
 			}

@@ -156,55 +156,13 @@ func toStoreTool(id string, d toolkit.Definition, t toolkit.Tool) *store.Tool {
 		Capabilities:    slices.Clone(d.Capabilities),
 		RequiredScopes:  slices.Clone(d.RequiredScopes),
 		DefaultRisk:     d.DefaultRisk,
-		Actions:         cloneActions(d.Actions),
+		Actions:         store.CloneActions(d.Actions),
 		SupportsPreview: previews,
 		Timeout:         timeout,
 		ApprovalTTL:     d.ApprovalTTL,
-		Policies:        clonePolicies(d.Policies),
+		Policies:        store.ClonePolicies(d.Policies),
 		AuditPayloads:   d.AuditPayloads,
 		Guidance:        d.Guidance,
 		Source:          store.SourceBuiltin,
 	}
-}
-
-// cloneActions deep-copies actions so that a registry normalising or a store
-// decoding into the result cannot reach back into a tool's definition.
-func cloneActions(in []toolkit.Action) []toolkit.Action {
-	if in == nil {
-		return nil
-	}
-	out := make([]toolkit.Action, len(in))
-	for i, a := range in {
-		a.InputSchema = slices.Clone(a.InputSchema)
-		a.OutputSchema = slices.Clone(a.OutputSchema)
-		if a.Examples != nil {
-			ex := make([]toolkit.Example, len(a.Examples))
-			for j, e := range a.Examples {
-				ex[j] = toolkit.Example{Description: e.Description, Input: slices.Clone(e.Input), Output: slices.Clone(e.Output)}
-			}
-			a.Examples = ex
-		}
-		out[i] = a
-	}
-	return out
-}
-
-func clonePolicies(in []toolkit.Policy) []toolkit.Policy {
-	if in == nil {
-		return nil
-	}
-	out := make([]toolkit.Policy, len(in))
-	for i, p := range in {
-		if sd := p.SequentialDependency; sd != nil {
-			out[i].SequentialDependency = &toolkit.SequentialDependency{Action: sd.Action, Requires: slices.Clone(sd.Requires)}
-		}
-		if rw := p.ReadBeforeWrite; rw != nil {
-			out[i].ReadBeforeWrite = &toolkit.ReadBeforeWrite{
-				ReadActions:   slices.Clone(rw.ReadActions),
-				WriteActions:  slices.Clone(rw.WriteActions),
-				CreateActions: slices.Clone(rw.CreateActions),
-			}
-		}
-	}
-	return out
 }
