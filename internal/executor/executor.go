@@ -816,11 +816,12 @@ func storeFault(ctx context.Context, err error) error {
 	return unavailable(err)
 }
 
-// unavailable turns a store error into STORE_UNAVAILABLE, or keeps it (the
-// server reports it as internal) when it is not about reaching the store.
+// unavailable turns a store error into its fault (store.Fault: the store
+// is unavailable, say), or keeps it (the server reports it as internal) when
+// it is none of the store's own.
 func unavailable(err error) error {
-	if errors.Is(err, store.ErrUnavailable) {
-		return fault.StoreUnavailable(err)
+	if f, ok := store.Fault(err); ok {
+		return f
 	}
 	return fmt.Errorf("store: %w", err)
 }
