@@ -35,12 +35,9 @@ const (
 
 // Reasons (google.rpc.ErrorInfo.reason) used across toolsvc.
 const (
-	ReasonInvalidRequest = "INVALID_REQUEST"
-	// ReasonNotFound and ReasonConflict are a store's own answers (a
-	// record that is not there; one that changed concurrently), for the
-	// requests whose handlers have no more particular reason.
-	ReasonNotFound             = "NOT_FOUND"
-	ReasonConflict             = "CONFLICT"
+	ReasonInvalidRequest       = "INVALID_REQUEST"
+	ReasonNotFound             = "NOT_FOUND" // no such record, and no more particular reason (RecordNotFound)
+	ReasonConflict             = "CONFLICT"  // the record changed concurrently (RecordConflict)
 	ReasonToolNotFound         = "TOOL_NOT_FOUND"
 	ReasonActionNotFound       = "ACTION_NOT_FOUND"
 	ReasonCallNotFound         = "CALL_NOT_FOUND"
