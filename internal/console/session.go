@@ -159,10 +159,12 @@ func certID(chain []*x509.Certificate) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// mayUse reports whether a principal may use the console: approvers and
-// operators; agents see nothing here.
+// mayUse reports whether a principal may use the console: the console
+// shows everybody's approvals, so those who read them all
+// (auth.ReadsAllApprovals: approvers and operators); agents see nothing
+// here.
 func mayUse(p *auth.Principal) bool {
-	return p.HasRole(auth.RoleApprover) || p.HasRole(auth.RoleOperator)
+	return auth.ReadsAllApprovals(p)
 }
 
 // signed wraps a handler that needs a session: without one, a page asks to

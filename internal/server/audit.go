@@ -87,11 +87,9 @@ func (s *auditServer) ListAuditEvents(ctx context.Context, req *toolsvcv1.ListAu
 	if id, err := auth.CanonicalPrincipalID(f.Principal); err == nil {
 		f.Principal = id
 	}
-	if !auth.ReadsAllAuditEvents(p) {
-		if f.Principal != "" && f.Principal != p.ID {
-			return &toolsvcv1.ListAuditEventsResponse{}, nil
-		}
-		f.Principal = p.ID
+	var ok bool
+	if f.Principal, ok = auth.AuditPrincipal(p, f.Principal); !ok {
+		return &toolsvcv1.ListAuditEventsResponse{}, nil
 	}
 	filters := auditListFilters{List: "audit", Types: f.Types, CallID: f.CallID, TraceID: f.TraceID,
 		TaskID: f.TaskID, Principal: f.Principal, Tool: f.Tool}

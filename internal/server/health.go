@@ -114,7 +114,7 @@ func (s *healthServer) WatchToolHealth(req *toolsvcv1.WatchToolHealthRequest, st
 // without it.
 func healthFor(p *auth.Principal, h *store.ToolHealth) *toolsvcv1.ToolHealth {
 	pb := healthToProto(h)
-	if !p.HasRole(auth.RoleOperator) {
+	if !auth.ReadsAllCalls(p) {
 		pb.LastError = ""
 	}
 	return pb
