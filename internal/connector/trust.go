@@ -3,6 +3,7 @@ package connector
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os/exec"
@@ -290,7 +291,7 @@ func (t *Trust) CheckAPI(id string, s *Spec) error {
 			return fault.CommandNotAllowed(id, firstArg(s.Command), "it is not in the allowed commands")
 		}
 		program = p
-		for _, k := range sortedKeys(s.Env) {
+		for _, k := range slices.Sorted(maps.Keys(s.Env)) {
 			if codeLoading(k) {
 				return fault.CommandNotAllowed(id, firstArg(s.Command),
 					fmt.Sprintf("its environment sets %s, which can make the program load other code", k))
@@ -388,15 +389,6 @@ func codeLoading(name string) bool {
 		return true
 	}
 	return false
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // Names says why s's secrets may not be read for connector id (a

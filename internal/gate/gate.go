@@ -11,7 +11,8 @@ package gate
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/toolsvc/toolsvc/internal/auth"
@@ -125,14 +126,14 @@ func buildMatrix(overrides map[string]map[string]string) (matrix, []error) {
 	m := defaultMatrix()
 	var errs []error
 	// Sorted so that the joined error reads the same on every run.
-	for _, aKey := range sortedKeys(overrides) {
+	for _, aKey := range slices.Sorted(maps.Keys(overrides)) {
 		a, err := toolkit.ParseAutonomyLevel(aKey)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("gate.matrix.%s: %w", aKey, err))
 			continue
 		}
 		row := overrides[aKey]
-		for _, rKey := range sortedKeys(row) {
+		for _, rKey := range slices.Sorted(maps.Keys(row)) {
 			r, err := toolkit.ParseRiskLevel(rKey)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("gate.matrix.%s.%s: %w", aKey, rKey, err))
@@ -147,15 +148,6 @@ func buildMatrix(overrides map[string]map[string]string) (matrix, []error) {
 		}
 	}
 	return m, errs
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // ParseDecision parses a gate decision name (ALLOW, PREVIEW, CONFIRM, DENY),

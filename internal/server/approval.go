@@ -39,10 +39,7 @@ type approvalServer struct {
 // ListApprovals returns approvals newest first: every approval to approvers
 // and operators, their own to the others.
 func (s *approvalServer) ListApprovals(ctx context.Context, req *toolsvcv1.ListApprovalsRequest) (*toolsvcv1.ListApprovalsResponse, error) {
-	if err := checkText(req, "invalid request"); err != nil {
-		return nil, err
-	}
-	p, err := principalFrom(ctx)
+	p, err := requestPrincipal(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -112,10 +109,7 @@ func (s *approvalServer) ListApprovals(ctx context.Context, req *toolsvcv1.ListA
 // GetApproval returns one approval; to a principal that reads only its own,
 // another's is not found.
 func (s *approvalServer) GetApproval(ctx context.Context, req *toolsvcv1.GetApprovalRequest) (*toolsvcv1.GetApprovalResponse, error) {
-	if err := checkText(req, "invalid request"); err != nil {
-		return nil, err
-	}
-	p, err := principalFrom(ctx)
+	p, err := requestPrincipal(ctx, req)
 	if err != nil {
 		return nil, err
 	}

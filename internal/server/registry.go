@@ -128,10 +128,7 @@ func (s *registryServer) GetTool(ctx context.Context, req *toolsvcv1.GetToolRequ
 
 // ListTools returns a page of tools ordered by name.
 func (s *registryServer) ListTools(ctx context.Context, req *toolsvcv1.ListToolsRequest) (*toolsvcv1.ListToolsResponse, error) {
-	if err := checkText(req, "invalid request"); err != nil {
-		return nil, err
-	}
-	p, err := principalFrom(ctx)
+	p, err := requestPrincipal(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -183,10 +180,7 @@ func toolForReader(p *auth.Principal, t *store.Tool) (*toolsvcv1.Tool, error) {
 
 // DeregisterTool removes a tool.
 func (s *registryServer) DeregisterTool(ctx context.Context, req *toolsvcv1.DeregisterToolRequest) (*toolsvcv1.DeregisterToolResponse, error) {
-	if err := checkText(req, "invalid request"); err != nil {
-		return nil, err
-	}
-	p, err := principalFrom(ctx)
+	p, err := requestPrincipal(ctx, req)
 	if err != nil {
 		return nil, err
 	}

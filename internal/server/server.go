@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/stats"
+	"google.golang.org/protobuf/proto"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/auth"
@@ -406,6 +407,15 @@ func principalFrom(ctx context.Context) (*auth.Principal, error) {
 		return nil, fault.InternalError("no principal in the call context")
 	}
 	return p, nil
+}
+
+// requestPrincipal is how a handler starts: the request's text fields are
+// checked (CheckRequestText), then the caller is read from the context.
+func requestPrincipal(ctx context.Context, req proto.Message) (*auth.Principal, error) {
+	if err := CheckRequestText(req); err != nil {
+		return nil, err
+	}
+	return principalFrom(ctx)
 }
 
 // streamGroup holds the open watch streams: it bounds their number, on the

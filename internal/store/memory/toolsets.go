@@ -3,6 +3,8 @@ package memory
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/toolsvc/toolsvc/internal/store"
 )
@@ -129,7 +131,7 @@ func (s *Store) ListToolsets(ctx context.Context, p store.ListToolsetsParams) ([
 	}
 	var out []*store.Toolset
 	err := s.read(ctx, func(st *state) error {
-		for _, name := range sortedKeys(st.toolsets) {
+		for _, name := range slices.Sorted(maps.Keys(st.toolsets)) {
 			ts := st.toolsets[name]
 			if name <= p.After || (p.Source != "" && ts.Source != p.Source) {
 				continue

@@ -42,6 +42,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -49,7 +50,6 @@ import (
 	"os/exec"
 	"runtime/debug"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -577,7 +577,7 @@ func (c *Connector) sessionOptions() *sdk.ClientSessionOptions {
 func (c *Connector) resolve(ctx context.Context, what string, vs map[string]secrets.Value) (map[string]secrets.Secret, []string, error) {
 	out := make(map[string]secrets.Secret, len(vs))
 	var hidden []string
-	for _, k := range sortedKeys(vs) {
+	for _, k := range slices.Sorted(maps.Keys(vs)) {
 		v := vs[k]
 		s, err := v.Resolve(ctx, c.store, c.cfg.ID)
 		if err != nil {
@@ -590,15 +590,6 @@ func (c *Connector) resolve(ctx context.Context, what string, vs map[string]secr
 		}
 	}
 	return out, hidden, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // openStdio starts the server process and opens a session over its stdio.
@@ -679,7 +670,7 @@ func (c *Connector) openHTTP(ctx context.Context) (*session, error) {
 		// needed to hear of tool list changes again.
 		onListenEnd: func() { c.abandonAsync(s, errors.New("the server closed the notification stream")) },
 	}
-	for _, k := range sortedKeys(hs) {
+	for _, k := range slices.Sorted(maps.Keys(hs)) {
 		s.rt.headers = append(s.rt.headers, header{name: k, value: hs[k]})
 	}
 	transport := &sdk.StreamableClientTransport{
@@ -729,7 +720,7 @@ func processEnv(env map[string]secrets.Secret) []string {
 			out = append(out, k+"="+v)
 		}
 	}
-	for _, k := range sortedKeys(env) {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		out = append(out, k+"="+env[k].Reveal())
 	}
 	return out
