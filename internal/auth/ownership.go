@@ -1,6 +1,6 @@
 package auth
 
-// What a principal may read beyond its own (DESIGN §10). A principal always
+// What a principal may read beyond its own (docs/auth.md#roles-and-ownership). A principal always
 // reads its own calls, approvals and audit events; these say when it reads
 // everybody's. Whoever reads on a principal's behalf asks these rather than
 // looking at roles, so that the rules live in one place.

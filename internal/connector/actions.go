@@ -149,8 +149,8 @@ func (s *Spec) exposes(action string) bool {
 	return len(s.Expose) == 0 || slices.Contains(s.Expose, action)
 }
 
-// AnnotationRisk is the risk of an MCP tool from its annotations (DESIGN
-// §3): readOnlyHint LOW, destructiveHint HIGH, otherwise MEDIUM; an
+// AnnotationRisk is the risk of an MCP tool from its annotations
+// (docs/connectors.md#mcp-connectors): readOnlyHint LOW, destructiveHint HIGH, otherwise MEDIUM; an
 // openWorldHint raises it by one. Only hints the server gave count: the
 // protocol's defaults for hints left out (destructive and open world) would
 // make every unannotated tool CRITICAL.

@@ -1,4 +1,4 @@
-// Package executor owns the call pipeline of DESIGN §2: every ExecuteTool
+// Package executor owns the call pipeline (docs/pipeline.md): every ExecuteTool
 // request goes through Execute, which looks the tool up, checks scopes,
 // consults the idempotency record, validates arguments, applies policies,
 // classifies risk, gates the call (allow, preview, approval, deny), reserves
@@ -425,7 +425,7 @@ func (e *Executor) judge(ctx context.Context, c *call, fresh bool) verdict {
 	if fresh && c.req.ApprovalID != "" {
 		return e.refusal(c, fault.ForeignApproval(c.req.ApprovalID, "", c.key))
 	}
-	// Health refusals (DESIGN §2 step 2) apply to calls that will reach the
+	// Health refusals (docs/pipeline.md, step 6) apply to calls that will reach the
 	// tool. They are checked after the idempotency lookup, not before: a
 	// replay or a parked call's answer never touches the tool, so an
 	// unavailable or rate-limited tool is no reason to withhold it.

@@ -1,7 +1,8 @@
 // Package gate owns how dangerous a call is and what may happen to it: risk
 // classification (the action's or tool's risk, raised by configured CEL
-// adjusters), the autonomy × risk decision matrix of DESIGN §3, and the
-// effective autonomy of a request.
+// adjusters), the autonomy × risk decision matrix
+// (docs/pipeline.md#risk-autonomy-and-the-gate), and the effective autonomy
+// of a request.
 //
 // Everything here is pure logic over values the caller passes in: the gate
 // reads no store and no clock, so the executor can call it on every attempt
@@ -48,7 +49,7 @@ type AdjusterConfig struct {
 // Config configures the gate.
 type Config struct {
 	// Matrix maps autonomy -> risk -> decision. Cells given here override
-	// those of the default matrix (DESIGN §3); a partial matrix is fine. Names
+	// those of the default matrix (docs/pipeline.md); a partial matrix is fine. Names
 	// are case-insensitive ("read_only", "LOW", "confirm").
 	Matrix map[string]map[string]string `mapstructure:"matrix"`
 	// Adjusters apply in the order given, each to the risk the previous ones
@@ -67,7 +68,7 @@ func DefaultConfig() Config {
 // matrix is indexed by autonomy and risk level values (1..4; 0 is unused).
 type matrix [toolkit.AutonomyAutonomous + 1][toolkit.RiskCritical + 1]store.GateDecision
 
-// defaultMatrix is DESIGN §3's table.
+// defaultMatrix is the table of docs/pipeline.md#risk-autonomy-and-the-gate.
 func defaultMatrix() matrix {
 	var m matrix
 	set := func(a toolkit.AutonomyLevel, low, medium, high, critical store.GateDecision) {

@@ -5,7 +5,7 @@
 // declarative tools file and from builtin providers.
 //
 // The cache is a copy-on-write snapshot: lookups are one atomic load and a
-// map read, never a store query (DESIGN §2 step 2).
+// map read, never a store query (docs/pipeline.md#the-registry-cache).
 package registry
 
 import (

@@ -1,4 +1,4 @@
-// Package mcp is toolsvc's client for MCP servers (DESIGN §9), built on the
+// Package mcp is toolsvc's client for MCP servers (docs/connectors.md#mcp-connectors), built on the
 // official Go SDK. A Connector holds one long-lived session with one server,
 // over stdio (toolsvc starts the server process) or streamable HTTP, shared
 // by every concurrent call. It discovers the server's tools (tools/list, all
