@@ -1,6 +1,6 @@
-// Package httpconn is the HTTP connector: a native tool that calls a JSON
-// HTTP API declared by a connector definition (connector.Spec of type
-// http): per action a method, a path template filled from the arguments
+// Package httpconn is the HTTP connector: an in-process tool (toolkit.Tool,
+// run by the connector host) that calls a JSON HTTP API declared by a
+// connector definition (connector.Spec of type http): per action a method, a path template filled from the arguments
 // (each value escaped into its segment, so that "../", "@", "#" and "?"
 // cannot change the target), and the arguments that go in the query and in
 // the JSON body. Credentials come from the secrets store right before each
