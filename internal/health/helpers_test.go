@@ -2,7 +2,6 @@ package health
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -237,5 +236,3 @@ func quiet(t *testing.T, ch <-chan store.ToolHealth) {
 	case <-time.After(50 * time.Millisecond):
 	}
 }
-
-var errDown = errors.New("down")

@@ -36,10 +36,6 @@ func autonomyFromProto(a toolsvcv1.AutonomyLevel) toolkit.AutonomyLevel {
 	return toolkit.AutonomyLevel(a)
 }
 
-func autonomyToProto(a toolkit.AutonomyLevel) toolsvcv1.AutonomyLevel {
-	return toolsvcv1.AutonomyLevel(a)
-}
-
 func providerFromProto(p toolsvcv1.ProviderType) store.ProviderType {
 	switch p {
 	case toolsvcv1.ProviderType_PROVIDER_TYPE_UNSPECIFIED:

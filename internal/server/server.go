@@ -388,7 +388,7 @@ func (s *Server) cancelOverdue(ctx context.Context, req any, info *grpc.UnarySer
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(s.overdue, cancel)()
+	defer context.AfterFunc(s.overdue, cancel)() //nolint:contextcheck // derived from ctx; the checker does not follow context.AfterFunc
 	return handler(ctx, req)
 }
 
@@ -435,8 +435,8 @@ type streamGroup struct {
 // reconnect loop not to hammer the server.
 const watchRetry = 10 * time.Second
 
-func newStreamGroup(max, perPrincipal int) *streamGroup {
-	g := &streamGroup{max: max, perPrincipal: perPrincipal, byPrincipal: map[string]int{}}
+func newStreamGroup(limit, perPrincipal int) *streamGroup {
+	g := &streamGroup{max: limit, perPrincipal: perPrincipal, byPrincipal: map[string]int{}}
 	g.draining, g.close = context.WithCancel(context.Background())
 	return g
 }

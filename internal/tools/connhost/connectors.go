@@ -83,9 +83,9 @@ var ErrNoMCP = errors.New("no MCP client is configured in this server")
 const (
 	discoverTimeout = 30 * time.Second
 	resyncTimeout   = time.Minute
-	// Retries of a failed discovery back off from retryMin to retryMax.
-	retryMin = 2 * time.Second
-	retryMax = 2 * time.Minute
+	// Retries of a failed discovery back off from minRetry to maxRetry.
+	minRetry = 2 * time.Second
+	maxRetry = 2 * time.Minute
 )
 
 // Options configure a Host.
@@ -172,7 +172,7 @@ func New(o Options) *Host {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Host{
-		o: o, log: o.Logger, ctx: ctx, cancel: cancel, retryBase: retryMin,
+		o: o, log: o.Logger, ctx: ctx, cancel: cancel, retryBase: minRetry,
 		sessions: map[string]*session{}, syncs: map[string]*syncState{}, problems: map[string]string{},
 	}
 }
@@ -229,7 +229,7 @@ func (m *Host) Discover(ctx context.Context, def *store.Tool) ([]connector.Serve
 		m.problem(def.Name, err.Error())
 		return nil, err
 	}
-	s, err := m.session(cfg)
+	s, err := m.session(cfg) //nolint:contextcheck // a session and its re-discovery outlive the request that opened them
 	if err != nil {
 		if !errors.Is(err, ErrNoMCP) {
 			m.problem(def.Name, err.Error())
@@ -318,7 +318,7 @@ func (m *Host) Probe(ctx context.Context, def *store.Tool) ([]connector.ServerTo
 		return list, nothing, nil
 	}
 	var once sync.Once
-	return list, func(keep bool) {
+	return list, func(keep bool) { //nolint:contextcheck // a session and its re-discovery outlive the request that opened them
 		once.Do(func() {
 			if !keep || !m.install(cfg.ID, s) {
 				m.closeSession(s)
@@ -555,7 +555,7 @@ func (m *Host) scheduleLocked(id string, st *syncState) {
 		return
 	}
 	delay := m.retryBase << min(st.failures, 10)
-	delay = min(delay, retryMax)
+	delay = min(delay, maxRetry)
 	st.failures++
 	st.timer = time.AfterFunc(delay, func() {
 		m.mu.Lock()

@@ -66,7 +66,7 @@ func (t *mcpTool) Execute(ctx context.Context, call *toolkit.Call) (*toolkit.Res
 }
 
 func (t *mcpTool) call(ctx context.Context, server string, call *toolkit.Call) (*toolkit.Result, error) {
-	s, err := t.m.session(t.cfg)
+	s, err := t.m.session(t.cfg) //nolint:contextcheck // a session and its re-discovery outlive the request that opened them
 	if err != nil {
 		// Nothing was sent.
 		var rt *toolkit.RetryableError
