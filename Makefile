@@ -20,10 +20,11 @@ build:
 test:
 	$(GO) test -race -count=1 ./...
 
-## lint: proto lint and go vet
+## lint: proto lint, go vet and golangci-lint (pinned in .ci/golangci-lint, configured in .golangci.yml)
 lint:
 	$(GO) tool buf lint
 	$(GO) vet ./...
+	./.ci/golangci-lint run ./...
 
 ## run: the server with the in-memory store and the demo tools on 127.0.0.1:50051
 run:

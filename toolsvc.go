@@ -30,41 +30,54 @@ import (
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
-// DefaultConnector is the connector id WithTools serves tools under.
-const DefaultConnector = "native"
+// DefaultProvider is the provider id WithTools serves tools under.
+const DefaultProvider = "native"
+
+// DefaultConnector is the former name of DefaultProvider.
+//
+// Deprecated: use DefaultProvider.
+const DefaultConnector = DefaultProvider
 
 // An Option adds to a build of toolsvc.
 type Option func(*build)
 
 type build struct {
-	connectors []connector
+	providers []provider
 }
 
-type connector struct {
+type provider struct {
 	id    string
 	tools []toolkit.Tool
 }
 
-// WithTools serves native tools under the connector id DefaultConnector
+// WithTools serves native tools under the provider id DefaultProvider
 // ("native"). Tool names must be unique across the build, the demo tools
 // (while they are on) and the tools registered otherwise.
 func WithTools(ts ...toolkit.Tool) Option {
-	return WithConnector(DefaultConnector, ts...)
+	return WithProvider(DefaultProvider, ts...)
 }
 
-// WithConnector serves native tools under a connector id of their own
-// (^[a-z0-9_-]{1,64}$): operators see it on the tools (`toolsvc tools
-// get`), and it groups tools that share credentials.
-func WithConnector(id string, ts ...toolkit.Tool) Option {
+// WithProvider serves native tools under a provider id of their own
+// (^[a-z0-9_-]{1,64}$): operators see it on the tools (connector_id, in
+// `toolsvc tools get`), and it groups tools that share credentials.
+func WithProvider(id string, ts ...toolkit.Tool) Option {
 	return func(b *build) {
-		for i := range b.connectors {
-			if b.connectors[i].id == id {
-				b.connectors[i].tools = append(b.connectors[i].tools, ts...)
+		for i := range b.providers {
+			if b.providers[i].id == id {
+				b.providers[i].tools = append(b.providers[i].tools, ts...)
 				return
 			}
 		}
-		b.connectors = append(b.connectors, connector{id: id, tools: ts})
+		b.providers = append(b.providers, provider{id: id, tools: ts})
 	}
+}
+
+// WithConnector is the former name of WithProvider.
+//
+// Deprecated: use WithProvider; a connector is an MCP server or HTTP API
+// declared in the tools file or through the API, not native code.
+func WithConnector(id string, ts ...toolkit.Tool) Option {
+	return WithProvider(id, ts...)
 }
 
 // Main runs the command line of the build with os.Args and exits with its
@@ -84,7 +97,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...O
 		o(&b)
 	}
 	var ps []tools.Provider
-	for _, c := range b.connectors {
+	for _, c := range b.providers {
 		p, err := native.NewProvider(c.id, c.tools...)
 		if err != nil {
 			fmt.Fprintf(stderr, "toolsvc: this build's native tools are invalid: %v\n", err)

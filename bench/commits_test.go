@@ -28,7 +28,7 @@ const commitCalls = 50
 // transaction, on every call — moves it by a whole 1.
 const noiseAllowance = 2.0 / commitCalls
 
-// TestPostgresTransactionsPerCall checks DESIGN §11's storage budget on a
+// TestPostgresTransactionsPerCall checks the storage budget of docs/pipeline.md#storage-budget on a
 // real server over gRPC: an executed call costs two commits (reserve, which
 // reads the key itself, and record) with its audit rows in them; a replay
 // costs a claim that finds the key held and the commit of its deduped
@@ -132,7 +132,7 @@ func TestPostgresTransactionsPerCall(t *testing.T) {
 		t.Fatalf("implausible measurement: executed %.2f (writes %.2f), replay %.2f (writes %.2f)",
 			perExec, execWrites, perReplay, replayWrites)
 	}
-	// DESIGN §11: at most two commits per executed call, audit riding along.
+	// docs/pipeline.md#storage-budget: at most two commits per executed call, audit riding along.
 	if execWrites > 2 {
 		t.Errorf("an executed call writes in %.2f transactions, want at most 2 (reserve, record)", execWrites)
 	}

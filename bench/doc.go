@@ -3,7 +3,7 @@
 // connection, interleaved with the measured calls: a grpc.health.v1 Check
 // (the cost of a gRPC round trip through the server's interceptors) and, on
 // Postgres, one single-row INSERT commit on the same database (the cost of a
-// commit). It also pins DESIGN §11's storage budget per call — at most two
+// commit). It also pins the storage budget of docs/pipeline.md#storage-budget per call — at most two
 // commits per executed call, one read (and its audit append) per replay —
 // in a test that runs with the ordinary `go test ./...`.
 //

@@ -525,9 +525,9 @@ func cstrings(b []byte, n int) []string {
 // short is a statement on one line, cut to a readable length.
 func short(sql string) string {
 	s := strings.Join(strings.Fields(sql), " ")
-	const max = 90
-	if len(s) > max {
-		s = s[:max] + "…"
+	const maxLen = 90
+	if len(s) > maxLen {
+		s = s[:maxLen] + "…"
 	}
 	return s
 }

@@ -84,7 +84,7 @@ func Example() {
 	}
 	for _, def := range provider.Builtin() {
 		fmt.Printf("%s (connector %s, risk %s, preview %v, timeout %s)\n",
-			def.Name, def.ConnectorID, def.DefaultRisk, def.SupportsPreview, def.Timeout)
+			def.Name, def.ProviderID, def.DefaultRisk, def.SupportsPreview, def.Timeout)
 	}
 
 	impl, err := provider.Bind(provider.Builtin()[0])

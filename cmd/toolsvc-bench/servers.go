@@ -150,7 +150,9 @@ func startToolsvc(ctx context.Context, databaseURL string, tweaks ...func(*confi
 	}
 	go func() { s.served <- a.Serve(sctx, lis) }()
 	if err := s.waitServing(ctx); err != nil {
-		s.stop()
+		if serr := s.stop(); serr != nil {
+			err = errors.Join(err, serr)
+		}
 		return nil, fmt.Errorf("toolsvc (%s): %w", storeName(databaseURL), err)
 	}
 	return s, nil

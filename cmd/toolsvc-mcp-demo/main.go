@@ -48,7 +48,7 @@ import (
 )
 
 // tokenEnv names the variable holding the bearer token HTTP requests need.
-const tokenEnv = "MCP_DEMO_TOKEN"
+const tokenEnv = "MCP_DEMO_TOKEN" //nolint:gosec // G101: the name of a variable, not a credential
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -88,7 +88,7 @@ func serveHTTP(ctx context.Context, srv *sdk.Server, addr string, stateless bool
 		return err
 	}
 	hs := &http.Server{Handler: handler(srv, stateless, token), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
+	go func() { //nolint:gosec // G118: the shutdown runs once ctx is done, so it needs a context of its own
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -36,7 +36,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/store/postgres"
 	"github.com/toolsvc/toolsvc/internal/telemetry"
 	"github.com/toolsvc/toolsvc/internal/tools"
-	"github.com/toolsvc/toolsvc/internal/tools/connectors"
+	"github.com/toolsvc/toolsvc/internal/tools/connhost"
 	"github.com/toolsvc/toolsvc/internal/tools/demo"
 )
 
@@ -66,7 +66,7 @@ type Options struct {
 	WrapStore func(store.Store) store.Store
 	// MCP opens sessions with MCP servers for MCP connectors; nil means
 	// internal/tools/mcp's client (tests put a fake here).
-	MCP connectors.MCPDialer
+	MCP connhost.MCPDialer
 	// ConnectorTransport sends HTTP connectors' requests; nil means
 	// http.DefaultTransport.
 	ConnectorTransport http.RoundTripper
@@ -89,7 +89,7 @@ type App struct {
 	log     *slog.Logger
 	store   store.Store
 	reg     *registry.Registry
-	conns   *connectors.Manager
+	conns   *connhost.Host
 	tracker *health.Tracker
 	exec    *executor.Executor
 	server  *server.Server
@@ -204,17 +204,17 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 		return nil, err
 	}
 	a.problems = make(chan connectorProblem, maxPendingProblems)
-	a.conns = connectors.New(connectors.Options{
+	a.conns = connhost.New(connhost.Options{
 		Secrets: secretStore, HTTPTransport: opts.ConnectorTransport, MCP: dial, Now: opts.Now, Logger: log,
 		Trust: trust, OnProblem: a.connectorProblem,
 	})
 	a.reg, err = registry.New(registry.Options{
-		Store:      a.store,
-		Providers:  providers,
-		Connectors: a.conns,
-		Trust:      trust,
-		Now:        opts.Now,
-		Logger:     log,
+		Store:         a.store,
+		Providers:     providers,
+		ConnectorHost: a.conns,
+		Trust:         trust,
+		Now:           opts.Now,
+		Logger:        log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)

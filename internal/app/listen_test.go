@@ -91,7 +91,7 @@ func TestListenCapsConnections(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		t.Cleanup(func() { c.Close() })
 	}
 	first, second := <-accepted, <-accepted
 	select {

@@ -6,13 +6,13 @@ import (
 
 	"github.com/toolsvc/toolsvc/internal/connector"
 	"github.com/toolsvc/toolsvc/internal/secrets"
-	"github.com/toolsvc/toolsvc/internal/tools/connectors"
+	"github.com/toolsvc/toolsvc/internal/tools/connhost"
 	"github.com/toolsvc/toolsvc/internal/tools/mcp"
 )
 
 // mcpDialer opens MCP sessions with internal/tools/mcp: the default of
 // Options.MCP.
-func mcpDialer(cfg connectors.MCPConfig, st secrets.Store, log *slog.Logger) (connectors.MCPClient, error) {
+func mcpDialer(cfg connhost.MCPConfig, st secrets.Store, log *slog.Logger) (connhost.MCPClient, error) {
 	c, err := mcp.New(mcp.Config{
 		ID: cfg.ID, Transport: cfg.Transport, Command: cfg.Command, Path: cfg.Path, Env: cfg.Env,
 		URL: cfg.URL, Headers: cfg.Headers, CallTimeout: cfg.CallTimeout,
@@ -24,7 +24,7 @@ func mcpDialer(cfg connectors.MCPConfig, st secrets.Store, log *slog.Logger) (co
 	return mcpClient{c}, nil
 }
 
-// mcpClient adapts an mcp.Connector to connectors.MCPClient.
+// mcpClient adapts an mcp.Connector to connhost.MCPClient.
 type mcpClient struct{ *mcp.Connector }
 
 // Tools lists the server's tools as the registry stores them, with the

@@ -14,10 +14,10 @@ import (
 
 // wantObject fails unless b is a JSON object in valid UTF-8 of at most max
 // bytes nested at most MaxDetailDepth deep, and returns it decoded.
-func wantObject(t *testing.T, b []byte, max int) map[string]any {
+func wantObject(t *testing.T, b []byte, maxLen int) map[string]any {
 	t.Helper()
-	if len(b) > max {
-		t.Fatalf("detail of %d bytes, limit %d: %.200s", len(b), max, b)
+	if len(b) > maxLen {
+		t.Fatalf("detail of %d bytes, limit %d: %.200s", len(b), maxLen, b)
 	}
 	if !utf8.Valid(b) {
 		t.Fatalf("detail is not valid UTF-8: %q", b)

@@ -1,7 +1,6 @@
 package connector
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -9,6 +8,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/toolsvc/toolsvc/internal/jsondoc"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
@@ -61,33 +61,17 @@ func Normalize(s *Spec) *Spec {
 		if len(a.Body) == 0 {
 			a.Body = nil
 		}
-		a.InputSchema = compact(a.InputSchema)
-		a.OutputSchema = compact(a.OutputSchema)
+		a.InputSchema = jsondoc.Compact(a.InputSchema)
+		a.OutputSchema = jsondoc.Compact(a.OutputSchema)
 	}
 	if len(n.Discovered) == 0 {
 		n.Discovered = nil
 	}
 	for i := range n.Discovered {
-		n.Discovered[i].InputSchema = compact(n.Discovered[i].InputSchema)
+		n.Discovered[i].InputSchema = jsondoc.Compact(n.Discovered[i].InputSchema)
 	}
 	sort.SliceStable(n.Discovered, func(i, j int) bool { return n.Discovered[i].Action < n.Discovered[j].Action })
 	return n
-}
-
-// compact removes insignificant space from a JSON document; an invalid one
-// is kept as it is (validation reports it). JSON null counts as absent.
-func compact(raw json.RawMessage) json.RawMessage {
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil
-	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, raw); err != nil {
-		return raw
-	}
-	if buf.String() == "null" {
-		return nil
-	}
-	return buf.Bytes()
 }
 
 // SupportsPreview says whether the connector can preview a call: an HTTP
@@ -165,8 +149,8 @@ func (s *Spec) exposes(action string) bool {
 	return len(s.Expose) == 0 || slices.Contains(s.Expose, action)
 }
 
-// AnnotationRisk is the risk of an MCP tool from its annotations (DESIGN
-// §3): readOnlyHint LOW, destructiveHint HIGH, otherwise MEDIUM; an
+// AnnotationRisk is the risk of an MCP tool from its annotations
+// (docs/connectors.md#mcp-connectors): readOnlyHint LOW, destructiveHint HIGH, otherwise MEDIUM; an
 // openWorldHint raises it by one. Only hints the server gave count: the
 // protocol's defaults for hints left out (destructive and open world) would
 // make every unannotated tool CRITICAL.

@@ -12,14 +12,14 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/secrets"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
 var (
-	actionName = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
-	envName    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 	// headerName is an RFC 9110 token.
 	headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
 	// secretish names a header, variable or parameter whose value is a
@@ -248,8 +248,8 @@ func schemaNames(raw json.RawMessage) (props, required map[string]bool) {
 }
 
 func (c checker) name(field, n string) {
-	if !actionName.MatchString(n) {
-		c.add(field, "must match ^[a-z0-9_-]{1,64}$, not %s", safeQuote(n))
+	if !names.Valid(n) {
+		c.add(field, "must match %s, not %s", names.Pattern, safeQuote(n))
 	}
 }
 

@@ -3,6 +3,7 @@ package connector
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/secrets"
 )
 
@@ -106,7 +108,7 @@ func NewTrust(cfg TrustConfig) (*Trust, error) {
 	for i, d := range cfg.Destinations {
 		at := fmt.Sprintf("secrets.destinations[%d]", i)
 		if !validID(d.Connector) {
-			errs = append(errs, fmt.Errorf("%s.connector: must be a connector id (^[a-z0-9_-]{1,64}$), not %s", at, safeQuote(d.Connector)))
+			errs = append(errs, fmt.Errorf("%s.connector: must be a connector id (%s), not %s", at, names.Pattern, safeQuote(d.Connector)))
 		}
 		if d.Key != "" {
 			if err := secrets.CheckKey(d.Key); err != nil {
@@ -166,7 +168,7 @@ func (t *Trust) resolve(program string) (string, error) {
 	return filepath.Clean(abs), nil
 }
 
-func validID(id string) bool { return actionName.MatchString(id) }
+func validID(id string) bool { return names.Valid(id) }
 
 func parseHostRule(h string) (hostRule, error) {
 	h = strings.TrimSpace(h)
@@ -289,7 +291,7 @@ func (t *Trust) CheckAPI(id string, s *Spec) error {
 			return fault.CommandNotAllowed(id, firstArg(s.Command), "it is not in the allowed commands")
 		}
 		program = p
-		for _, k := range sortedKeys(s.Env) {
+		for _, k := range slices.Sorted(maps.Keys(s.Env)) {
 			if codeLoading(k) {
 				return fault.CommandNotAllowed(id, firstArg(s.Command),
 					fmt.Sprintf("its environment sets %s, which can make the program load other code", k))
@@ -387,15 +389,6 @@ func codeLoading(name string) bool {
 		return true
 	}
 	return false
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // Names says why s's secrets may not be read for connector id (a

@@ -59,7 +59,9 @@ func (c *Console) cookieName(name string) string {
 }
 
 func (c *Console) setCookie(w http.ResponseWriter, name, value string, maxAge int) {
-	http.SetCookie(w, &http.Cookie{
+	// Secure unless the console is configured for plain HTTP (a local
+	// trial): a browser would not send a Secure cookie back over it.
+	http.SetCookie(w, &http.Cookie{ //nolint:gosec // G124: see above
 		Name: c.cookieName(name), Value: value, Path: "/", MaxAge: maxAge,
 		HttpOnly: true, Secure: c.o.SecureCookies, SameSite: http.SameSiteStrictMode,
 	})
@@ -159,10 +161,12 @@ func certID(chain []*x509.Certificate) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// mayUse reports whether a principal may use the console: approvers and
-// operators; agents see nothing here.
+// mayUse reports whether a principal may use the console: the console
+// shows everybody's approvals, so those who read them all
+// (auth.ReadsAllApprovals: approvers and operators); agents see nothing
+// here.
 func mayUse(p *auth.Principal) bool {
-	return p.HasRole(auth.RoleApprover) || p.HasRole(auth.RoleOperator)
+	return auth.ReadsAllApprovals(p)
 }
 
 // signed wraps a handler that needs a session: without one, a page asks to
@@ -309,7 +313,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	c.setCookie(w, sessionCookie, secret, int(c.o.SessionTTL/time.Second))
 	c.setCookie(w, signinCookie, "", -1)
 	c.log.Info("console sign-in", "principal", p.ID, "method", strings.TrimSuffix(strings.SplitN(cred, ":", 2)[0], ":"))
-	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
+	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther) //nolint:gosec // G710: safeNext keeps only local paths
 }
 
 // signout ends the session on the server (every replica) and in the

@@ -276,7 +276,7 @@ func (e *env) parkDirectly(t *testing.T, ctx context.Context, principal, tool, k
 // it has no builtins, and binds any definition to one counting tool.
 type fileTools struct{ tool *countTool }
 
-func (f fileTools) ConnectorID() string                    { return "filetools" }
+func (f fileTools) ID() string                             { return "filetools" }
 func (f fileTools) Builtin() []*store.Tool                 { return nil }
 func (f fileTools) Bind(*store.Tool) (toolkit.Tool, error) { return f.tool, nil }
 

@@ -53,7 +53,7 @@ func recvOne[T any](ctx context.Context, open func(context.Context) (interface{ 
 }
 
 // everyRPC lists every toolsvc RPC with the roles that may call it: the
-// contract of DESIGN §10, stated here independently of the server's table.
+// contract of docs/auth.md#roles-and-ownership, stated here independently of the server's table.
 func everyRPC() []rpc {
 	const (
 		ag = "agent"

@@ -69,7 +69,7 @@ func (b *bytesTool) Definition() toolkit.Definition { return b.def }
 func (b *bytesTool) Execute(_ context.Context, call *toolkit.Call) (*toolkit.Result, error) {
 	var a bytesArgs
 	_ = json.Unmarshal(call.Arguments, &a) // a malformed argument is a case too: defaults
-	var value any = a.Value
+	value := a.Value
 	if a.RawValue != "" {
 		value = json.RawMessage(unb64(a.RawValue))
 	}
@@ -96,7 +96,7 @@ type bytesPreviewTool struct{ bytesTool }
 func (b *bytesPreviewTool) Preview(_ context.Context, call *toolkit.Call) (*toolkit.PreviewResult, error) {
 	var a bytesArgs
 	_ = json.Unmarshal(call.Arguments, &a)
-	var value any = a.Value
+	value := a.Value
 	if a.RawValue != "" {
 		value = json.RawMessage(unb64(a.RawValue))
 	}

@@ -34,7 +34,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/secrets"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/testutil"
-	"github.com/toolsvc/toolsvc/internal/tools/connectors"
+	"github.com/toolsvc/toolsvc/internal/tools/connhost"
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
@@ -543,7 +543,7 @@ type fakeMCP struct {
 	onChange func()
 }
 
-func (f *fakeMCP) dial(cfg connectors.MCPConfig, _ secrets.Store, _ *slog.Logger) (connectors.MCPClient, error) {
+func (f *fakeMCP) dial(cfg connhost.MCPConfig, _ secrets.Store, _ *slog.Logger) (connhost.MCPClient, error) {
 	return f, nil
 }
 

@@ -23,7 +23,7 @@ var (
 	}
 )
 
-// defaultMatrix is DESIGN §3's table, written out again here so that a
+// defaultMatrix is the table of docs/pipeline.md, written out again here so that a
 // change to the gate's copy is caught.
 var defaultMatrix = map[toolsvcv1.AutonomyLevel][4]store.GateDecision{
 	readOnly:   {"ALLOW", "DENY", "DENY", "DENY"},
@@ -107,7 +107,7 @@ func (g gateCall) check(t *testing.T, ctx context.Context, e *env) *toolsvcv1.Ex
 // TestGateMatrix calls a tool of every risk level, with and without preview
 // support, at every autonomy level: 32 cells, each ALLOW (executed), PREVIEW
 // (parked behind a preview), CONFIRM (parked behind an approval) or DENY
-// (refused, not stored), exactly as DESIGN §3 says. Then: the principal's
+// (refused, not stored), exactly as docs/pipeline.md says. Then: the principal's
 // maximum caps the requested autonomy, and a request without one gets the
 // principal's default.
 func TestGateMatrix(t *testing.T) {

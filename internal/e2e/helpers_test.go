@@ -1,6 +1,7 @@
 // Package e2e_test drives a whole toolsvc through a real gRPC client, on the
-// memory store and on Postgres: every row of DESIGN §2's outcome table, the
-// gate matrix of §3, approvals, previews, policies, calls, audit and health.
+// memory store and on Postgres: every row of the outcome table
+// (docs/pipeline.md#outcomes-and-errors), the gate matrix, approvals,
+// previews, policies, calls, audit and health.
 // Each test asserts the response, the stored call (or its absence) and the
 // audit events the call left.
 package e2e_test

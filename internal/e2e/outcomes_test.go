@@ -19,7 +19,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
-// TestOutcomeTable walks DESIGN §2's outcome and error table row by row on
+// TestOutcomeTable walks the outcome and error table of docs/pipeline.md#outcomes-and-errors row by row on
 // one server per store. Rows run one after another so that execution
 // counters and the audit trail can be compared before and after each; every
 // row acts as its own principal so that its audit events are its own.

@@ -1,4 +1,4 @@
-// Package executor owns the call pipeline of DESIGN §2: every ExecuteTool
+// Package executor owns the call pipeline (docs/pipeline.md): every ExecuteTool
 // request goes through Execute, which looks the tool up, checks scopes,
 // consults the idempotency record, validates arguments, applies policies,
 // classifies risk, gates the call (allow, preview, approval, deny), reserves
@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -35,6 +34,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/gate"
 	"github.com/toolsvc/toolsvc/internal/health"
 	"github.com/toolsvc/toolsvc/internal/idempotency"
+	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/policy"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/safetext"
@@ -233,7 +233,6 @@ type Response struct {
 }
 
 var (
-	namePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 	// maxContextID bounds trace, task and step identifiers.
 	maxContextID = 255
 )
@@ -337,7 +336,7 @@ func (e *Executor) pipeline(ctx context.Context, c *call) (resp *Response, err e
 	}
 	if entry.Impl == nil {
 		return nil, e.reject(ctx, c, fault.ToolUnavailable(req.Tool,
-			fmt.Sprintf("its connector %q is not available on this server", entry.Tool.ConnectorID), 0))
+			fmt.Sprintf("its connector %q is not available on this server", entry.Tool.ProviderID), 0))
 	}
 
 	// 3. Scopes: granted = principal ∩ request; every required scope held.
@@ -426,7 +425,7 @@ func (e *Executor) judge(ctx context.Context, c *call, fresh bool) verdict {
 	if fresh && c.req.ApprovalID != "" {
 		return e.refusal(c, fault.ForeignApproval(c.req.ApprovalID, "", c.key))
 	}
-	// Health refusals (DESIGN §2 step 2) apply to calls that will reach the
+	// Health refusals (docs/pipeline.md, step 6) apply to calls that will reach the
 	// tool. They are checked after the idempotency lookup, not before: a
 	// replay or a parked call's answer never touches the tool, so an
 	// unavailable or rate-limited tool is no reason to withhold it.
@@ -654,11 +653,11 @@ func (e *Executor) evaluate(ctx context.Context, c *call) verdict {
 func (e *Executor) checkEnvelope(ctx context.Context, c *call) error {
 	var v fault.Violations
 	r := c.req
-	if !namePattern.MatchString(r.Tool) {
-		v.Add("tool", "must match ^[a-z0-9_-]{1,64}$")
+	if !names.Valid(r.Tool) {
+		v.Add("tool", "must match %s", names.Pattern)
 	}
-	if !namePattern.MatchString(r.Action) {
-		v.Add("action", "must match ^[a-z0-9_-]{1,64}$")
+	if !names.Valid(r.Action) {
+		v.Add("action", "must match %s", names.Pattern)
 	}
 	if r.IdempotencyKey != "" {
 		if err := idempotency.ValidateKey(r.IdempotencyKey); err != nil {
@@ -817,11 +816,12 @@ func storeFault(ctx context.Context, err error) error {
 	return unavailable(err)
 }
 
-// unavailable turns a store error into STORE_UNAVAILABLE, or keeps it (the
-// server reports it as internal) when it is not about reaching the store.
+// unavailable turns a store error into its fault (store.Fault: the store
+// is unavailable, say), or keeps it (the server reports it as internal) when
+// it is none of the store's own.
 func unavailable(err error) error {
-	if errors.Is(err, store.ErrUnavailable) {
-		return fault.StoreUnavailable(err)
+	if f, ok := store.Fault(err); ok {
+		return f
 	}
 	return fmt.Errorf("store: %w", err)
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
 
@@ -73,7 +74,7 @@ func (e *Executor) observeCall(ctx context.Context, c *call) (context.Context, f
 	return ctx, func(resp *Response, err error) {
 		r := CallReport{Registered: c.entry != nil, ActionKnown: c.action != nil, CallID: c.callID,
 			Risk: c.risk, Decision: c.decision}
-		if namePattern.MatchString(c.req.Tool) && namePattern.MatchString(c.req.Action) {
+		if names.Valid(c.req.Tool) && names.Valid(c.req.Action) {
 			r.Tool, r.Action = c.req.Tool, c.req.Action
 		}
 		switch {

@@ -49,18 +49,31 @@ func (e *Executor) parkForApproval(ctx context.Context, c *call, extra ...any) (
 		detail[fmt.Sprint(extra[i])] = extra[i+1]
 	}
 	ev := e.event(c, audit.GateRequired, store.OutcomeApprovalRequired, e.withArgs(c, detail))
-	wctx, cancel := detached(ctx)
-	held, claimed, err := e.st.ClaimCall(wctx, store.ClaimCallParams{Call: rec, Approval: ap, Events: []store.AuditEvent{ev},
-		Limits: e.opts.ParkLimits})
-	cancel()
-	if err != nil {
-		return nil, e.parkErr(ctx, c, err)
-	}
-	if !claimed {
-		return e.lostClaim(ctx, c, held)
+	held, lost, err := e.claimParked(ctx, c, store.ClaimCallParams{Call: rec, Approval: ap, Events: []store.AuditEvent{ev}})
+	if held == nil {
+		return lost, err
 	}
 	c.callID, ap.CallID = held.ID, held.ID
 	return e.approvalResponse(c, ap), nil
+}
+
+// claimParked claims the key for a call parked with its approval or
+// preview and its gate event, within the park limits. held is the call as
+// claimed; when it is nil the claim failed (err) or another request holds
+// the key (lost answers what that request made of it).
+func (e *Executor) claimParked(ctx context.Context, c *call, p store.ClaimCallParams) (held *store.Call, lost *Response, err error) {
+	p.Limits = e.opts.ParkLimits
+	wctx, cancel := detached(ctx)
+	held, claimed, err := e.st.ClaimCall(wctx, p)
+	cancel()
+	if err != nil {
+		return nil, nil, e.parkErr(ctx, c, err)
+	}
+	if !claimed {
+		lost, err = e.lostClaim(ctx, c, held)
+		return nil, lost, err
+	}
+	return held, nil, nil
 }
 
 // parkForPreview runs the tool's side-effect-free Preview and claims the key
@@ -99,15 +112,9 @@ func (e *Executor) parkForPreview(ctx context.Context, c *call) (*Response, erro
 		detail["preview_message"] = pv.Message
 	}
 	ev := e.event(c, audit.GatePreviewRequired, store.OutcomePreviewRequired, e.withArgs(c, detail))
-	wctx, cancel := detached(ctx)
-	held, claimed, err := e.st.ClaimCall(wctx, store.ClaimCallParams{Call: rec, Preview: pv, Events: []store.AuditEvent{ev},
-		Limits: e.opts.ParkLimits})
-	cancel()
-	if err != nil {
-		return nil, e.parkErr(ctx, c, err)
-	}
-	if !claimed {
-		return e.lostClaim(ctx, c, held)
+	held, lost, err := e.claimParked(ctx, c, store.ClaimCallParams{Call: rec, Preview: pv, Events: []store.AuditEvent{ev}})
+	if held == nil {
+		return lost, err
 	}
 	c.callID, pv.CallID = held.ID, held.ID
 	return e.previewResponse(c, pv), nil

@@ -15,8 +15,8 @@ import (
 // Recording an outcome retries while the store cannot be reached, with a
 // backoff between these bounds; each attempt is bounded by writeTimeout.
 const (
-	retryMin = 50 * time.Millisecond
-	retryMax = 500 * time.Millisecond
+	minRetry = 50 * time.Millisecond
+	maxRetry = 500 * time.Millisecond
 )
 
 // maxInvalidRecords bounds the attempts at recording an outcome the store
@@ -45,7 +45,7 @@ type recorded struct {
 //     records UNKNOWN (the tool did run).
 func (e *Executor) persist(base context.Context, c *call, rec *store.Call, o finished) recorded {
 	invalid := 0
-	for wait := retryMin; ; wait = min(2*wait, retryMax) {
+	for wait := minRetry; ; wait = min(2*wait, maxRetry) {
 		ctx, cancel := e.lifeContext(base)
 		err := o.write(ctx, e.st)
 		cancel()
@@ -159,7 +159,7 @@ func fallback(o finished) finished {
 // retryStore runs op until it succeeds, fails with anything but
 // store.ErrUnavailable, or the executor closes.
 func (e *Executor) retryStore(op func(context.Context) error) error {
-	for wait := retryMin; ; wait = min(2*wait, retryMax) {
+	for wait := minRetry; ; wait = min(2*wait, maxRetry) {
 		ctx, cancel := context.WithTimeout(e.life, writeTimeout)
 		err := op(ctx)
 		cancel()

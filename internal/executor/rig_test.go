@@ -296,16 +296,6 @@ func (r *rig) events(f store.AuditFilter) []*store.AuditEvent {
 	return evs
 }
 
-// lastEvent is the newest event of the trail.
-func (r *rig) lastEvent() *store.AuditEvent {
-	r.t.Helper()
-	evs := r.events(store.AuditFilter{})
-	if len(evs) == 0 {
-		r.t.Fatal("no audit events")
-	}
-	return evs[len(evs)-1]
-}
-
 // trailLen is the length of the trail.
 func (r *rig) trailLen() int { return len(r.events(store.AuditFilter{})) }
 

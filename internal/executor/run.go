@@ -150,7 +150,7 @@ func (e *Executor) reserve(ctx context.Context, c *call, token string, now time.
 	}
 	if err != nil {
 		if !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrInvalid) {
-			e.releaseLater(c, token, nil)
+			e.releaseLater(c, token, nil) //nolint:contextcheck // releaseLater retries in the background, after the caller has gone
 		}
 		return nil, nil, e.storeErr(ctx, c, err)
 	}
@@ -175,7 +175,7 @@ func (e *Executor) giveBack(ctx context.Context, c *call, token string, why *fau
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		e.log.Warn("could not give back a reservation; retrying in the background",
 			"call_id", c.callID, "err", err)
-		e.releaseLater(c, token, &ev)
+		e.releaseLater(c, token, &ev) //nolint:contextcheck // releaseLater retries in the background, after the caller has gone
 	}
 	return why
 }
@@ -292,7 +292,7 @@ func (e *Executor) execute(ctx context.Context, c *call, rec *store.Call, adm he
 func (e *Executor) invoke(base context.Context, c *call, rec *store.Call, deadline time.Time, lease *idempotency.Lease, ss *steps) toolOutcome {
 	tctx, cancel := context.WithDeadline(base, deadline)
 	defer cancel()
-	defer context.AfterFunc(e.aborted, cancel)()
+	defer context.AfterFunc(e.aborted, cancel)() //nolint:contextcheck // derived from base; the checker does not follow context.AfterFunc
 	tc := e.toolCall(c, rec.AttemptCount, deadline, lease.Heartbeat)
 	tc.OnInvoke = e.invoker(c, rec, deadline, ss)
 	tc.OnProgress = func(ctx context.Context, message string) error {

@@ -123,7 +123,7 @@ func (e *Executor) GetCall(ctx context.Context, p *auth.Principal, callID, key s
 		return nil, fault.Violations{{Field: "selector", Description: "give call_id or idempotency_key, not both"}}.Err("malformed GetCall request")
 	case callID != "":
 		c, err = e.st.GetCall(ctx, callID)
-		if err == nil && c.PrincipalID != p.ID && !p.HasRole(auth.RoleOperator) {
+		if err == nil && !auth.MayReadCall(p, c.PrincipalID) {
 			err = store.ErrNotFound // do not reveal others' calls
 		}
 	case key != "":

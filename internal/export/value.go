@@ -196,42 +196,6 @@ func (v *value) getString(k string) string {
 	return ""
 }
 
-// equal reports whether two values are the same JSON (numbers compared by
-// literal, object keys in any order).
-func (v *value) equal(w *value) bool {
-	if v.kind != w.kind {
-		return false
-	}
-	switch v.kind {
-	case kNull:
-		return true
-	case kBool:
-		return v.truth == w.truth
-	case kNumber, kString:
-		return v.str == w.str
-	case kArray:
-		if len(v.vals) != len(w.vals) {
-			return false
-		}
-		for i := range v.vals {
-			if !v.vals[i].equal(w.vals[i]) {
-				return false
-			}
-		}
-		return true
-	}
-	if len(v.keys) != len(w.keys) {
-		return false
-	}
-	for i, k := range v.keys {
-		o := w.get(k)
-		if o == nil || !v.vals[i].equal(o) {
-			return false
-		}
-	}
-	return true
-}
-
 // encode appends v as compact JSON, keys in order, characters such as <, >
 // and & as they are.
 func (v *value) encode(b *bytes.Buffer) {

@@ -36,6 +36,8 @@ const (
 // Reasons (google.rpc.ErrorInfo.reason) used across toolsvc.
 const (
 	ReasonInvalidRequest       = "INVALID_REQUEST"
+	ReasonNotFound             = "NOT_FOUND" // no such record, and no more particular reason (RecordNotFound)
+	ReasonConflict             = "CONFLICT"  // the record changed concurrently (RecordConflict)
 	ReasonToolNotFound         = "TOOL_NOT_FOUND"
 	ReasonActionNotFound       = "ACTION_NOT_FOUND"
 	ReasonCallNotFound         = "CALL_NOT_FOUND"

@@ -127,6 +127,18 @@ func OutcomePending(kind Kind, key, callID string) *Error {
 		With("call_id", callID).WithRetry(time.Second)
 }
 
+// RecordNotFound: the store has no such record, and the request has no
+// more particular reason (such as CALL_NOT_FOUND).
+func RecordNotFound() *Error {
+	return New(NotFound, ReasonNotFound, "not found")
+}
+
+// RecordConflict: the record changed concurrently or is not in the state
+// the request needs.
+func RecordConflict() *Error {
+	return New(Aborted, ReasonConflict, "the record changed concurrently or is not in the required state; read it again and retry")
+}
+
 // StoreUnavailable: the store cannot be reached.
 func StoreUnavailable(cause error) *Error {
 	return New(Unavailable, ReasonStoreUnavailable, "the store is unavailable; retry shortly").

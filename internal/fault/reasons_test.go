@@ -34,6 +34,8 @@ func TestConstructors(t *testing.T) {
 		{Cancelled("before the call could be reserved"), Canceled, ReasonCancelled},
 		{OutcomePending(DeadlineExceeded, huge, "c1"), DeadlineExceeded, ReasonOutcomePending},
 		{StoreUnavailable(nil), Unavailable, ReasonStoreUnavailable},
+		{RecordNotFound(), NotFound, ReasonNotFound},
+		{RecordConflict(), Aborted, ReasonConflict},
 		{VersionConflict(huge, 2, 3), FailedPrecondition, ReasonVersionConflict},
 		{ConcurrentWriters(huge), Aborted, ReasonVersionConflict},
 		{CallNotFound(), NotFound, ReasonCallNotFound},

@@ -38,7 +38,7 @@ type CallFacts struct {
 // Classification is the risk of one call.
 type Classification struct {
 	// Base is the action's risk, or the tool's default when the action sets
-	// none (MEDIUM when neither is set, DESIGN §3's default for tools that do
+	// none (MEDIUM when neither is set, the default of docs/pipeline.md#risk-autonomy-and-the-gate for tools that do
 	// not say).
 	Base store.RiskLevel
 	// Risk is Base after adjusters; never below Base.
@@ -230,7 +230,7 @@ func activation(in RiskInput) (map[string]any, error) {
 	}
 	if t := in.Tool; t != nil {
 		tool["name"] = t.Name
-		tool["connector_id"] = t.ConnectorID
+		tool["connector_id"] = t.ProviderID
 		tool["default_risk"] = riskName(t.DefaultRisk)
 		tool["version"] = t.Version
 		tool["capabilities"] = nonNil(t.Capabilities)

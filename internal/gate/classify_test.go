@@ -17,7 +17,7 @@ import (
 func payTool() *store.Tool {
 	return &store.Tool{
 		Name:           "payments",
-		ConnectorID:    "billing",
+		ProviderID:     "billing",
 		DefaultRisk:    medium,
 		Capabilities:   []string{"money", "write"},
 		RequiredScopes: []string{"payments:write"},

@@ -1,7 +1,8 @@
 // Package gate owns how dangerous a call is and what may happen to it: risk
 // classification (the action's or tool's risk, raised by configured CEL
-// adjusters), the autonomy × risk decision matrix of DESIGN §3, and the
-// effective autonomy of a request.
+// adjusters), the autonomy × risk decision matrix
+// (docs/pipeline.md#risk-autonomy-and-the-gate), and the effective autonomy
+// of a request.
 //
 // Everything here is pure logic over values the caller passes in: the gate
 // reads no store and no clock, so the executor can call it on every attempt
@@ -11,7 +12,8 @@ package gate
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/toolsvc/toolsvc/internal/auth"
@@ -47,7 +49,7 @@ type AdjusterConfig struct {
 // Config configures the gate.
 type Config struct {
 	// Matrix maps autonomy -> risk -> decision. Cells given here override
-	// those of the default matrix (DESIGN §3); a partial matrix is fine. Names
+	// those of the default matrix (docs/pipeline.md); a partial matrix is fine. Names
 	// are case-insensitive ("read_only", "LOW", "confirm").
 	Matrix map[string]map[string]string `mapstructure:"matrix"`
 	// Adjusters apply in the order given, each to the risk the previous ones
@@ -66,7 +68,7 @@ func DefaultConfig() Config {
 // matrix is indexed by autonomy and risk level values (1..4; 0 is unused).
 type matrix [toolkit.AutonomyAutonomous + 1][toolkit.RiskCritical + 1]store.GateDecision
 
-// defaultMatrix is DESIGN §3's table.
+// defaultMatrix is the table of docs/pipeline.md#risk-autonomy-and-the-gate.
 func defaultMatrix() matrix {
 	var m matrix
 	set := func(a toolkit.AutonomyLevel, low, medium, high, critical store.GateDecision) {
@@ -125,14 +127,14 @@ func buildMatrix(overrides map[string]map[string]string) (matrix, []error) {
 	m := defaultMatrix()
 	var errs []error
 	// Sorted so that the joined error reads the same on every run.
-	for _, aKey := range sortedKeys(overrides) {
+	for _, aKey := range slices.Sorted(maps.Keys(overrides)) {
 		a, err := toolkit.ParseAutonomyLevel(aKey)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("gate.matrix.%s: %w", aKey, err))
 			continue
 		}
 		row := overrides[aKey]
-		for _, rKey := range sortedKeys(row) {
+		for _, rKey := range slices.Sorted(maps.Keys(row)) {
 			r, err := toolkit.ParseRiskLevel(rKey)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("gate.matrix.%s.%s: %w", aKey, rKey, err))
@@ -147,15 +149,6 @@ func buildMatrix(overrides map[string]map[string]string) (matrix, []error) {
 		}
 	}
 	return m, errs
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // ParseDecision parses a gate decision name (ALLOW, PREVIEW, CONFIRM, DENY),

@@ -35,7 +35,7 @@ func mustNew(t *testing.T, cfg Config) *Gate {
 	return g
 }
 
-// TestDecideDefaultMatrix checks every cell of DESIGN §3's table, with a tool
+// TestDecideDefaultMatrix checks every cell of the table of docs/pipeline.md#risk-autonomy-and-the-gate, with a tool
 // that can preview and with one that cannot (PREVIEW escalates to CONFIRM).
 func TestDecideDefaultMatrix(t *testing.T) {
 	g := mustNew(t, DefaultConfig())

@@ -44,7 +44,7 @@ type Config struct {
 // principals of a run of errors, no more.
 const MaxMinPrincipals = 8
 
-// DefaultConfig returns DESIGN §6's defaults.
+// DefaultConfig returns the defaults of docs/pipeline.md#tool-health.
 func DefaultConfig() Config {
 	return Config{
 		DegradedAfter:    3,

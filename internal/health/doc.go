@@ -1,4 +1,4 @@
-// Package health owns tool health (DESIGN §6): the state machine that turns
+// Package health owns tool health (docs/pipeline.md#tool-health): the state machine that turns
 // what happened to a call into a tool's health record, the Tracker that keeps
 // every record in memory for the executor's admission check, drains and
 // restores, and pushes changes to watchers on every replica.
@@ -32,7 +32,7 @@
 //     HEALTHY with ConsecutiveErrors and Trips 0, cool-down and probe
 //     cleared, and LastSuccessAt = now. A success that changes nothing else
 //     writes nothing — LastSuccessAt is refreshed only together with another
-//     change. That is a deliberate trade: DESIGN §6 wants no write per call
+//     change. That is a deliberate trade: docs/pipeline.md#storage-budget wants no write per call
 //     on a healthy tool, so LastSuccessAt means "the last success that
 //     changed the tool's health", not the last success.
 //   - RateLimited: RateLimitResetsAt becomes the later of the current and

@@ -2,7 +2,6 @@ package health
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -112,7 +111,7 @@ func newEnv(t *testing.T, tools ...string) *env {
 func (e *env) createTool(name string) {
 	e.t.Helper()
 	if _, err := e.mem.CreateTool(e.ctx, store.CreateToolParams{
-		Tool: &store.Tool{Name: name, Description: "test tool", ProviderType: store.ProviderNative, Source: store.SourceAPI, Incarnation: "inc-" + name},
+		Tool: &store.Tool{Name: name, Description: "test tool", ProviderType: store.ProviderInProcess, Source: store.SourceAPI, Incarnation: "inc-" + name},
 		Now:  e.clock.Now(),
 	}); err != nil {
 		e.t.Fatalf("create tool %s: %v", name, err)
@@ -225,5 +224,3 @@ func quiet(t *testing.T, ch <-chan store.ToolHealth) {
 	case <-time.After(50 * time.Millisecond):
 	}
 }
-
-var errDown = errors.New("down")

@@ -35,7 +35,7 @@ func TestPostgresReplicas(t *testing.T) {
 	clk := newClock()
 	cfg := DefaultConfig()
 	if _, err := stA.CreateTool(ctx, store.CreateToolParams{
-		Tool: &store.Tool{Name: "flaky", Description: "test tool", ProviderType: store.ProviderNative, Source: store.SourceAPI, Incarnation: "inc-flaky"},
+		Tool: &store.Tool{Name: "flaky", Description: "test tool", ProviderType: store.ProviderInProcess, Source: store.SourceAPI, Incarnation: "inc-flaky"},
 		Now:  clk.Now(),
 	}); err != nil {
 		t.Fatal(err)
@@ -133,7 +133,7 @@ func TestPostgresLastErrorIsSafeText(t *testing.T) {
 	t.Cleanup(st.Close)
 	clk := newClock()
 	if _, err := st.CreateTool(ctx, store.CreateToolParams{
-		Tool: &store.Tool{Name: "upstream", Description: "test tool", ProviderType: store.ProviderNative, Source: store.SourceAPI, Incarnation: "inc-upstream"},
+		Tool: &store.Tool{Name: "upstream", Description: "test tool", ProviderType: store.ProviderInProcess, Source: store.SourceAPI, Incarnation: "inc-upstream"},
 		Now:  clk.Now(),
 	}); err != nil {
 		t.Fatal(err)

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -192,7 +192,7 @@ func (t *Tracker) currentGen() uint64 {
 // it could not read stays dirty.
 func (t *Tracker) refresh(ctx context.Context) error {
 	t.mu.Lock()
-	all, tools, gen := t.dirtyAll, sortedKeys(t.dirty), t.gen
+	all, tools, gen := t.dirtyAll, slices.Sorted(maps.Keys(t.dirty)), t.gen
 	t.dirtyAll = false
 	clear(t.dirty)
 	t.mu.Unlock()
@@ -311,7 +311,7 @@ func (t *Tracker) List(p store.ListToolHealthParams) []store.ToolHealth {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []store.ToolHealth
-	for _, name := range sortedKeys(t.cache) {
+	for _, name := range slices.Sorted(maps.Keys(t.cache)) {
 		h := t.cache[name]
 		if name <= p.After || (p.Status != "" && h.Status != p.Status) {
 			continue
@@ -723,15 +723,6 @@ func (t *Tracker) storeErr(err error, tool, what string) error {
 // clock returns now in the stores' precision, so cached and stored records
 // compare equal.
 func (t *Tracker) clock() time.Time { return normTime(t.now()) }
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, strings.Compare)
-	return keys
-}
 
 // refreshOnly reports whether next differs from cur in nothing the API shows
 // but LastSuccessAt.

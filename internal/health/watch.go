@@ -2,6 +2,8 @@ package health
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/toolsvc/toolsvc/internal/store"
@@ -27,7 +29,7 @@ func (t *Tracker) Watch(ctx context.Context, tools []string) <-chan store.ToolHe
 	}
 	// Snapshot and registration under one lock: no change falls between.
 	t.mu.Lock()
-	for _, name := range sortedKeys(t.cache) {
+	for _, name := range slices.Sorted(maps.Keys(t.cache)) {
 		if w.wants(name) {
 			w.push(t.cache[name])
 		}

@@ -1,5 +1,5 @@
 // Package idempotency owns the primitives behind "one key executes at most
-// once" (DESIGN §4): idempotency keys, canonical JSON and argument
+// once" (docs/pipeline.md#idempotency): idempotency keys, canonical JSON and argument
 // fingerprints, the lease an executing call keeps alive, and the reaper that
 // turns abandoned leases into UNKNOWN outcomes, expires approvals and
 // previews, and deletes records past retention.

@@ -93,7 +93,7 @@ func (s *Server) handle(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		switch method {
 		case methodListTools:
-			if err := s.admit(p); err != nil {
+			if err := s.admit(ctx, p); err != nil {
 				return nil, rpcError(err)
 			}
 			lr, _ := req.(*mcp.ListToolsRequest)
@@ -111,7 +111,7 @@ func (s *Server) handle(next mcp.MethodHandler) mcp.MethodHandler {
 			if !ok || cr.Params == nil {
 				return next(ctx, method, req)
 			}
-			if err := s.admit(p); err != nil {
+			if err := s.admit(ctx, p); err != nil {
 				return s.refusal(err, "")
 			}
 			if !s.routable(cr.Params.Name) {
@@ -157,7 +157,7 @@ func (s *Server) routable(name string) bool {
 }
 
 // admit counts a request against the principal's rate.
-func (s *Server) admit(p *auth.Principal) error {
+func (s *Server) admit(ctx context.Context, p *auth.Principal) error {
 	l := s.opts.Limits
 	if l == nil {
 		return nil
@@ -165,7 +165,8 @@ func (s *Server) admit(p *auth.Principal) error {
 	if retry, ok := l.Admit(p.ID); !ok {
 		lim := l.LimitsOf(p.ID)
 		err := fault.PrincipalRateLimited(p.ID, lim.CallsPerSecond, lim.EffectiveBurst(), retry)
-		s.recordThrottled(context.Background(), nil, "principal "+p.ID, p.ID, err)
+		// Audited whether or not the caller is still there.
+		s.recordThrottled(context.WithoutCancel(ctx), nil, "principal "+p.ID, p.ID, err)
 		return err
 	}
 	return nil

@@ -26,7 +26,7 @@ func (s *Server) hold(ctx context.Context, p *auth.Principal, r executor.Request
 	wctx, cancel := context.WithTimeout(ctx, s.opts.ApprovalWait)
 	defer cancel()
 	// A server shutting down answers at once.
-	defer context.AfterFunc(s.draining, cancel)()
+	defer context.AfterFunc(s.draining, cancel)() //nolint:contextcheck // derived from ctx; the checker does not follow context.AfterFunc
 	// The approval may be replaced (its risk rose when it was used): follow
 	// the new one, within the same wait.
 	for resp.Outcome == store.OutcomeApprovalRequired && resp.Approval != nil && s.now().Before(deadline) {

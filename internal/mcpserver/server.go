@@ -231,7 +231,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, drain time.Duratio
 	s.drain()
 	sctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
+	if err := hs.Shutdown(sctx); err != nil { //nolint:contextcheck // the shutdown starts once ctx is done
 		s.log.Warn("mcp: shutdown timeout passed: closing the connections of requests still running", "error", err.Error())
 		hs.Close()
 	}

@@ -355,7 +355,7 @@ func (d *Dispatcher) backoff(n int) time.Duration {
 		b *= 2
 	}
 	b = min(b, d.cfg.MaxBackoff)
-	return b - time.Duration(mrand.Int64N(int64(b)/5+1))
+	return b - time.Duration(mrand.Int64N(int64(b)/5+1)) //nolint:gosec // G404: jitter, not a secret
 }
 
 // maxErrorBody bounds the part of an endpoint's answer kept in an error.

@@ -193,12 +193,6 @@ func (c *counter) get(k string) int {
 	return c.n[k]
 }
 
-type dispatcher struct {
-	*notify.Dispatcher
-	log *bytes.Buffer
-	obs *counter
-}
-
 // logBuffer is a goroutine-safe log sink.
 type logBuffer struct {
 	mu  sync.Mutex

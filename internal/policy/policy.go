@@ -1,6 +1,6 @@
-// Package policy owns the per-task tool policies of DESIGN §5: sequential
-// dependencies ("deploy requires build and test earlier in this task") and
-// read-before-write ("overwrite a file only after reading it"), judged
+// Package policy owns the per-task tool policies (docs/pipeline.md#policies):
+// sequential dependencies ("deploy requires build and test earlier in this
+// task") and read-before-write ("overwrite a file only after reading it"), judged
 // against the task history of the calling principal, and the history entry
 // every successful call leaves behind.
 //

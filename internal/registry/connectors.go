@@ -9,6 +9,8 @@ import (
 
 	"github.com/toolsvc/toolsvc/internal/connector"
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/jsondoc"
+	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
@@ -42,7 +44,7 @@ func (r *Registry) discoverInto(ctx context.Context, t, cur *store.Tool) {
 	t.Connector.Discovered = nil
 	// The connector sees the definition as it will be stored (timeouts
 	// defaulted), the one its calls will be bound to.
-	found, err := r.connectors.Discover(ctx, normalize(t))
+	found, err := r.host.Discover(ctx, normalize(t))
 	if err == nil {
 		t.Connector.Discovered = checkDiscovered(found)
 		return
@@ -64,7 +66,7 @@ func checkDiscovered(found []connector.ServerTool) []connector.ServerTool {
 	for _, d := range found {
 		d.Name = safetext.Bound(d.Name, maxServerToolName)
 		d.Description = safetext.Bound(d.Description, maxServerDescription)
-		d.InputSchema = compact(d.InputSchema)
+		d.InputSchema = jsondoc.Compact(d.InputSchema)
 		d.Problem = safetext.Bound(d.Problem, 300) // the client's reason for leaving it out
 		out = append(out, d)
 	}
@@ -76,7 +78,7 @@ func checkDiscovered(found []connector.ServerTool) []connector.ServerTool {
 		case d.Problem != "":
 		case i >= maxServerTools:
 			d.Problem = fmt.Sprintf("the server lists more than %d tools", maxServerTools)
-		case !namePattern.MatchString(d.Action):
+		case !names.Valid(d.Action):
 			d.Problem = "its action name is not valid"
 		case !utf8.ValidString(d.Name) || d.Name == "":
 			d.Problem = "its server name is empty or not valid UTF-8"
@@ -125,14 +127,14 @@ func (r *Registry) Rediscover(ctx context.Context, name, actor string) (*store.T
 			r.refused(ctx, cur, RegisterParams{Source: cur.Source, Actor: actor, Reason: ReasonDiscovery}, err)
 			return nil, false, err
 		}
-		if !isMCPConnector(cur) || r.connectors == nil {
+		if !isMCPConnector(cur) || r.host == nil {
 			return cur, false, nil
 		}
-		found, err := r.connectors.Discover(ctx, cur)
+		found, err := r.host.Discover(ctx, cur)
 		if err != nil {
 			return nil, false, fault.ConnectorUnavailable(name, "its server could not be reached to discover its tools: "+err.Error(), 0)
 		}
-		def := cloneTool(cur)
+		def := cur.Clone()
 		def.Connector = connector.Normalize(def.Connector)
 		def.Connector.Discovered = checkDiscovered(found)
 		prep, v := r.check.prepare(def)
@@ -149,7 +151,7 @@ func (r *Registry) Rediscover(ctx context.Context, name, actor string) (*store.T
 		if err != nil {
 			return nil, false, err
 		}
-		return cloneTool(t), t.Version != cur.Version, nil
+		return t.Clone(), t.Version != cur.Version, nil
 	}
 	return nil, false, fault.ConcurrentWriters(name)
 }
@@ -157,17 +159,17 @@ func (r *Registry) Rediscover(ctx context.Context, name, actor string) (*store.T
 // ConnectorProblem says why the connector tool of e cannot serve calls now,
 // or "" (also for a tool that is not a connector): its definition breaks
 // the trust rules, or its server cannot be started or reached
-// (tools.Connectors.Problem).
+// (tools.ConnectorHost.Problem).
 func (r *Registry) ConnectorProblem(e *Entry) string {
 	switch {
 	case e == nil || e.Tool.Connector == nil:
 		return ""
 	case e.refusal != nil:
 		return "it is not served: " + e.refusal.Error()
-	case r.connectors == nil:
+	case r.host == nil:
 		return ""
 	}
-	return r.connectors.Problem(e.Tool.Name)
+	return r.host.Problem(e.Tool.Name)
 }
 
 // MCPConnectors lists the names of the cached tools declared as MCP

@@ -33,7 +33,7 @@ type fakeConnectors struct {
 	problem   string
 }
 
-var _ tools.Connectors = (*fakeConnectors)(nil)
+var _ tools.ConnectorHost = (*fakeConnectors)(nil)
 
 func (f *fakeConnectors) Bind(def *store.Tool) (toolkit.Tool, error) {
 	if strings.Contains(def.Connector.BaseURL, "unbindable") {
@@ -120,7 +120,7 @@ func backends(t *testing.T, fn func(t *testing.T, st store.Store)) {
 
 func newConnectorRegistry(t *testing.T, st store.Store, fc *fakeConnectors) *Registry {
 	t.Helper()
-	r, err := New(Options{Store: st, Providers: []tools.Provider{demoProvider()}, Connectors: fc, Now: fixedClock(), Trust: openTrust(t)})
+	r, err := New(Options{Store: st, Providers: []tools.Provider{demoProvider()}, ConnectorHost: fc, Now: fixedClock(), Trust: openTrust(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestRegisterMCPConnectorDiscovers(t *testing.T) {
 		if err != nil || !created {
 			t.Fatalf("Register: %v", err)
 		}
-		if got.ConnectorID != "files" || got.ProviderType != store.ProviderMCP || got.Connector.Type != connector.TypeMCP ||
+		if got.ProviderID != "files" || got.ProviderType != store.ProviderMCP || got.Connector.Type != connector.TypeMCP ||
 			got.Connector.Transport != connector.TransportHTTP || got.DefaultRisk != toolkit.RiskLow || !got.SupportsPreview {
 			t.Fatalf("derived fields: %+v", got)
 		}
@@ -362,7 +362,7 @@ func TestRegisterHTTPConnector(t *testing.T) {
 		if err != nil || !created {
 			t.Fatalf("Register: %v", err)
 		}
-		if got.ProviderType != store.ProviderNative || got.DefaultRisk != toolkit.RiskMedium || !got.SupportsPreview || len(got.Actions) != 2 ||
+		if got.ProviderType != store.ProviderInProcess || got.DefaultRisk != toolkit.RiskMedium || !got.SupportsPreview || len(got.Actions) != 2 ||
 			got.Actions[0].Risk != toolkit.RiskLow || got.Actions[1].Risk != toolkit.RiskUnspecified || got.Connector.Actions[0].Method != "GET" {
 			t.Fatalf("stored: %+v", got)
 		}
@@ -370,8 +370,8 @@ func TestRegisterHTTPConnector(t *testing.T) {
 			t.Fatalf("an http connector has nothing to discover: %v", err)
 		}
 		// Problems are named where the definition has them.
-		bad := cloneTool(def)
-		bad.ConnectorID = "other"
+		bad := def.Clone()
+		bad.ProviderID = "other"
 		bad.ProviderType = store.ProviderMCP
 		bad.Connector.Actions[1].InputSchema = json.RawMessage(`{"type":"object","properties":{"id":{"type":"strin"}},"required":["id"]}`)
 		bad.Connector.Auth.Bearer.Prefix = "Token "
@@ -391,7 +391,7 @@ func TestRegisterHTTPConnector(t *testing.T) {
 				t.Errorf("no violation of %s: %v", want, f.Violations)
 			}
 		}
-		unbindable := cloneTool(def)
+		unbindable := def.Clone()
 		unbindable.Connector.BaseURL = "https://unbindable.example.com"
 		if _, _, err := r.Register(ctx, RegisterParams{Tool: unbindable, Actor: "ops"}); !isReason(err, fault.ReasonInvalidRequest) {
 			t.Fatalf("an unbindable definition: %v", err)

@@ -98,7 +98,7 @@ type FileDefs struct {
 type fileTool struct {
 	Name            string       `yaml:"name"`
 	Description     string       `yaml:"description"`
-	ConnectorID     string       `yaml:"connector_id"`
+	ProviderID      string       `yaml:"connector_id"`
 	ProviderType    string       `yaml:"provider_type"`
 	Capabilities    []string     `yaml:"capabilities"`
 	RequiredScopes  []string     `yaml:"required_scopes"`
@@ -368,7 +368,7 @@ func convertTool(ft *fileTool) (*store.Tool, []fileProblem) {
 	t := &store.Tool{
 		Name:            ft.Name,
 		Description:     ft.Description,
-		ConnectorID:     ft.ConnectorID,
+		ProviderID:      ft.ProviderID,
 		ProviderType:    store.ProviderType(strings.ToLower(strings.TrimSpace(ft.ProviderType))),
 		Capabilities:    ft.Capabilities,
 		RequiredScopes:  ft.RequiredScopes,
@@ -378,15 +378,7 @@ func convertTool(ft *fileTool) (*store.Tool, []fileProblem) {
 		Guidance:        ft.Guidance,
 		Source:          store.SourceFile,
 	}
-	if ft.DefaultRisk != "" {
-		r, err := toolkit.ParseRiskLevel(ft.DefaultRisk)
-		if err != nil {
-			bad("tool.default_risk", 0, "%v", err)
-		}
-		t.DefaultRisk = r
-	}
-	t.Timeout = parseDuration(ft.Timeout, "tool.timeout", bad)
-	t.ApprovalTTL = parseDuration(ft.ApprovalTTL, "tool.approval_ttl", bad)
+	parseLimits(t, "tool.", ft.DefaultRisk, ft.Timeout, ft.ApprovalTTL, bad)
 	t.Policies = convertPolicies(ft.Policies)
 	for i, fa := range ft.Actions {
 		path := fmt.Sprintf("tool.actions[%d]", i)
@@ -430,6 +422,21 @@ func convertPolicies(fps []filePolicy) []store.Policy {
 		out = append(out, sp)
 	}
 	return out
+}
+
+// parseLimits sets what a tool and a connector entry of the tools file both
+// give as text: the default risk, the timeout and the approval TTL. Problems
+// are reported under prefix (the entry's path, "tool." or none).
+func parseLimits(t *store.Tool, prefix, risk, timeout, approvalTTL string, bad func(string, int, string, ...any)) {
+	if risk != "" {
+		r, err := toolkit.ParseRiskLevel(risk)
+		if err != nil {
+			bad(prefix+"default_risk", 0, "%v", err)
+		}
+		t.DefaultRisk = r
+	}
+	t.Timeout = parseDuration(timeout, prefix+"timeout", bad)
+	t.ApprovalTTL = parseDuration(approvalTTL, prefix+"approval_ttl", bad)
 }
 
 func parseDuration(s, field string, bad func(string, int, string, ...any)) time.Duration {

@@ -233,15 +233,7 @@ func convertConnector(fc *fileConnector) (*store.Tool, []fileProblem) {
 		Policies:       convertPolicies(fc.Policies),
 		Guidance:       fc.Guidance,
 	}
-	if fc.DefaultRisk != "" {
-		r, err := toolkit.ParseRiskLevel(fc.DefaultRisk)
-		if err != nil {
-			bad("default_risk", 0, "%v", err)
-		}
-		t.DefaultRisk = r
-	}
-	t.Timeout = parseDuration(fc.Timeout, "timeout", bad)
-	t.ApprovalTTL = parseDuration(fc.ApprovalTTL, "approval_ttl", bad)
+	parseLimits(t, "", fc.DefaultRisk, fc.Timeout, fc.ApprovalTTL, bad)
 	return t, probs
 }
 

@@ -54,7 +54,7 @@ type fakeProvider struct {
 
 var _ tools.Provider = (*fakeProvider)(nil)
 
-func (p *fakeProvider) ConnectorID() string { return p.id }
+func (p *fakeProvider) ID() string { return p.id }
 
 func (p *fakeProvider) Bind(def *store.Tool) (toolkit.Tool, error) {
 	impl, ok := p.impls[def.Name]
@@ -96,7 +96,7 @@ func goodTool() *store.Tool {
 	return &store.Tool{
 		Name:           "echo",
 		Description:    "  Echo text back  ",
-		ConnectorID:    "demo",
+		ProviderID:     "demo",
 		Capabilities:   []string{"text"},
 		RequiredScopes: []string{"echo.use"},
 		DefaultRisk:    toolkit.RiskLow,

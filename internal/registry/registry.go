@@ -5,7 +5,7 @@
 // declarative tools file and from builtin providers.
 //
 // The cache is a copy-on-write snapshot: lookups are one atomic load and a
-// map read, never a store query (DESIGN §2 step 2).
+// map read, never a store query (docs/pipeline.md#the-registry-cache).
 package registry
 
 import (
@@ -32,12 +32,12 @@ import (
 type Options struct {
 	// Store holds the definitions. Required.
 	Store store.Store
-	// Providers bind tools to implementations, keyed by their ConnectorID.
+	// Providers bind tools to implementations, keyed by their ID (store.Tool.ProviderID).
 	Providers []tools.Provider
-	// Connectors binds and discovers tools declared as connectors; nil
+	// ConnectorHost binds and discovers tools declared as connectors; nil
 	// leaves them unbound (their calls answer that the connector is not
 	// served here).
-	Connectors tools.Connectors
+	ConnectorHost tools.ConnectorHost
 	// Trust is what the server's configuration lets connectors defined
 	// through the API do; nil trusts nothing but the tools file
 	// (docs/connectors.md#threat-model).
@@ -50,14 +50,14 @@ type Options struct {
 
 // Registry is the tool registry. It is safe for concurrent use.
 type Registry struct {
-	store      store.Store
-	providers  map[string]tools.Provider
-	connectors tools.Connectors
-	trust      *connector.Trust
-	order      []tools.Provider // as given, for Builtins
-	check      checker
-	now        func() time.Time
-	log        *slog.Logger
+	store     store.Store
+	providers map[string]tools.Provider
+	host      tools.ConnectorHost
+	trust     *connector.Trust
+	order     []tools.Provider // as given, for Builtins
+	check     checker
+	now       func() time.Time
+	log       *slog.Logger
 
 	// cache is the current snapshot, replaced whole on every change.
 	cache atomic.Pointer[map[string]*Entry]
@@ -90,26 +90,26 @@ func New(o Options) (*Registry, error) {
 		return nil, errors.New("registry: a store is required")
 	}
 	r := &Registry{
-		store:      o.Store,
-		connectors: o.Connectors,
-		trust:      o.Trust,
-		providers:  make(map[string]tools.Provider, len(o.Providers)),
-		now:        o.Now,
-		log:        o.Logger,
-		applied:    make(map[string]uint64),
+		store:     o.Store,
+		host:      o.ConnectorHost,
+		trust:     o.Trust,
+		providers: make(map[string]tools.Provider, len(o.Providers)),
+		now:       o.Now,
+		log:       o.Logger,
+		applied:   make(map[string]uint64),
 	}
 	for _, p := range o.Providers {
 		if p == nil {
 			return nil, errors.New("registry: nil provider")
 		}
-		id := p.ConnectorID()
+		id := p.ID()
 		if _, dup := r.providers[id]; dup {
 			return nil, fmt.Errorf("registry: two providers for connector %q", id)
 		}
 		r.providers[id] = p
 		r.order = append(r.order, p)
 	}
-	r.check = checker{providers: r.providers, connectors: o.Connectors}
+	r.check = checker{providers: r.providers, host: o.ConnectorHost}
 	if r.now == nil {
 		r.now = time.Now
 	}
@@ -131,7 +131,7 @@ func (r *Registry) Builtins() []*store.Tool {
 	var defs []*store.Tool
 	for _, p := range r.order {
 		for _, t := range p.Builtin() {
-			c := cloneTool(t)
+			c := t.Clone()
 			c.Source = store.SourceBuiltin
 			defs = append(defs, c)
 		}
@@ -319,10 +319,10 @@ func (r *Registry) reloadAll(ctx context.Context) error {
 // store holds.
 func (r *Registry) apply(ticket uint64, changes map[string]*Entry) {
 	forget := r.install(ticket, changes)
-	if r.connectors != nil {
+	if r.host != nil {
 		// Not under mu: closing a session may take a moment.
 		for _, name := range forget {
-			r.connectors.Forget(name)
+			r.host.Forget(name)
 		}
 	}
 }
@@ -392,8 +392,8 @@ func (r *Registry) entryFor(ctx context.Context, t *store.Tool) *Entry {
 			r.log.WarnContext(ctx, "connector tool is not served: its definition breaks the trust rules", "tool", t.Name, "error", err)
 			return e
 		}
-		if r.connectors != nil {
-			impl, err := r.connectors.Bind(t)
+		if r.host != nil {
+			impl, err := r.host.Bind(t)
 			if err != nil {
 				r.log.WarnContext(ctx, "connector tool cannot be served", "tool", t.Name, "error", err)
 			} else {
@@ -402,10 +402,10 @@ func (r *Registry) entryFor(ctx context.Context, t *store.Tool) *Entry {
 		}
 		return e
 	}
-	if p, ok := r.providers[t.ConnectorID]; ok {
+	if p, ok := r.providers[t.ProviderID]; ok {
 		impl, err := p.Bind(t)
 		if err != nil {
-			r.log.WarnContext(ctx, "tool cannot be bound to its connector", "tool", t.Name, "connector", t.ConnectorID, "error", err)
+			r.log.WarnContext(ctx, "tool cannot be bound to its connector", "tool", t.Name, "connector", t.ProviderID, "error", err)
 		} else {
 			e.Impl = impl
 		}
@@ -432,7 +432,7 @@ func (r *Registry) Get(_ context.Context, name string) (*store.Tool, error) {
 	if !ok {
 		return nil, fault.ToolNotFound(name)
 	}
-	return cloneTool(e.Tool), nil
+	return e.Tool.Clone(), nil
 }
 
 // List returns tools ordered by name after `after`, at most limit (0: all).
@@ -487,7 +487,7 @@ func (r *Registry) Register(ctx context.Context, p RegisterParams) (*store.Tool,
 		vs.Add("expected_version", "must not be negative")
 		return nil, false, vs.Err("invalid request")
 	}
-	in := cloneTool(p.Tool)
+	in := p.Tool.Clone()
 	if in != nil {
 		in.Source = p.Source
 	}
@@ -501,10 +501,10 @@ func (r *Registry) Register(ctx context.Context, p RegisterParams) (*store.Tool,
 		return nil, false, err
 	}
 	done := func(bool) {}
-	if isMCPConnector(in) && r.connectors != nil {
+	if isMCPConnector(in) && r.host != nil {
 		// What the server offers is asked only of a valid definition (its
 		// command is not run before it passed validation).
-		def := cloneTool(in)
+		def := in.Clone()
 		var cur *store.Tool
 		if e, ok := r.Lookup(def.Name); ok {
 			cur = e.Tool
@@ -533,7 +533,7 @@ func (r *Registry) Register(ctx context.Context, p RegisterParams) (*store.Tool,
 	if err != nil {
 		return nil, false, err
 	}
-	return cloneTool(t), w == wroteCreated, nil
+	return t.Clone(), w == wroteCreated, nil
 }
 
 // written says what register wrote (or, validating only, would write).
@@ -561,7 +561,7 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 			now := r.now()
 			// A new tool, even under a name used before: a new incarnation,
 			// which no earlier approval or preview was given for.
-			def := cloneTool(prep.tool)
+			def := prep.tool.Clone()
 			def.Incarnation = newIncarnation()
 			t, err := r.store.CreateTool(ctx, store.CreateToolParams{
 				Tool: def,
@@ -592,7 +592,7 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 		}
 		now := r.now()
 		t, err := r.store.UpdateTool(ctx, store.UpdateToolParams{
-			Tool:            cloneTool(prep.tool),
+			Tool:            prep.tool.Clone(),
 			ExpectedVersion: cur.Version,
 			Now:             now,
 			Events: []store.AuditEvent{toolEvent(audit.ToolUpdated, now, p.Actor, name, cur.Version+1, p.Source, p.Reason,
@@ -615,7 +615,7 @@ func (r *Registry) register(ctx context.Context, prep *prepared, p RegisterParam
 
 // wouldStore is what a validate-only registration returns.
 func wouldStore(t *store.Tool, version int64, created, now time.Time) *store.Tool {
-	c := cloneTool(t)
+	c := t.Clone()
 	c.Version = version
 	c.CreatedAt = created
 	if created.IsZero() {
@@ -726,7 +726,7 @@ func (r *Registry) Sync(ctx context.Context, source store.ToolSource, defs []*st
 			problems = append(problems, fmt.Errorf("tool %q: already registered from source %s; skipped", name, cur.Source))
 			continue
 		}
-		def = cloneTool(def)
+		def = def.Clone()
 		def.Source = source
 		prep, v := r.check.prepare(def)
 		if len(v) == 0 {
@@ -735,10 +735,10 @@ func (r *Registry) Sync(ctx context.Context, source store.ToolSource, defs []*st
 				continue
 			}
 		}
-		if len(v) == 0 && isMCPConnector(def) && r.connectors != nil {
+		if len(v) == 0 && isMCPConnector(def) && r.host != nil {
 			// A server that does not answer does not stop the sync: the
 			// tool keeps what was discovered before, or waits for it.
-			d := cloneTool(def)
+			d := def.Clone()
 			r.discoverInto(ctx, d, existing[name])
 			prep, v = r.check.prepare(d)
 		}

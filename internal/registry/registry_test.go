@@ -73,7 +73,7 @@ func TestRegisterCreateUpdateNoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stored.Description != "Echo text back" || stored.Timeout != DefaultTimeout || stored.ProviderType != store.ProviderNative {
+	if stored.Description != "Echo text back" || stored.Timeout != DefaultTimeout || stored.ProviderType != store.ProviderInProcess {
 		t.Fatalf("stored definition not normalized: %q %s %q", stored.Description, stored.Timeout, stored.ProviderType)
 	}
 	// The cache has it at once, without Start or a notification.
@@ -363,15 +363,15 @@ func TestList(t *testing.T) {
 	}
 	page, err := r.List(ctx, "", 2)
 	if err != nil || len(page) != 2 || page[0].Name != "echo" || page[1].Name != "other" {
-		t.Fatalf("first page %v %v", names(page), err)
+		t.Fatalf("first page %v %v", toolNames(page), err)
 	}
 	page, err = r.List(ctx, "other", 2)
 	if err != nil || len(page) != 1 || page[0].Name != "previewer" {
-		t.Fatalf("second page %v %v", names(page), err)
+		t.Fatalf("second page %v %v", toolNames(page), err)
 	}
 }
 
-func names(ts []*store.Tool) []string {
+func toolNames(ts []*store.Tool) []string {
 	out := make([]string, len(ts))
 	for i, t := range ts {
 		out[i] = t.Name
@@ -381,7 +381,7 @@ func names(ts []*store.Tool) []string {
 
 func fileDef(name, action string) *store.Tool {
 	return &store.Tool{
-		Name: name, Description: "A file tool", ConnectorID: "demo", DefaultRisk: toolkit.RiskLow,
+		Name: name, Description: "A file tool", ProviderID: "demo", DefaultRisk: toolkit.RiskLow,
 		Actions: []store.Action{{Name: action, Description: "Act"}},
 		Source:  store.SourceFile,
 	}
@@ -860,7 +860,7 @@ func TestLoadKeepsToolsThatNoLongerValidate(t *testing.T) {
 	// Written by another build: a connector this process does not serve and
 	// a schema this build cannot compile.
 	odd := fileDef("odd", "run")
-	odd.ConnectorID = "elsewhere"
+	odd.ProviderID = "elsewhere"
 	odd.Actions[0].InputSchema = []byte(`{"type":"object","properties":{"n":{"type":"integer","minimum":"one"}}}`)
 	odd.Incarnation = "inc-odd"
 	if _, err := st.CreateTool(ctx, store.CreateToolParams{Tool: odd, Now: time.Now()}); err != nil {

@@ -96,8 +96,8 @@ func collectLeaves(ve *jsonschema.ValidationError, out *[]string) {
 }
 
 // strictInput returns a copy of an input schema document in which unknown
-// properties are refused unless the schema explicitly allows them (DESIGN §2
-// step 5, the seeds' extra="forbid").
+// properties are refused unless the schema explicitly allows them (docs/pipeline.md,
+// step 7).
 //
 // The rule: every object schema reached from the root through "properties"
 // and "items"/"prefixItems" that declares "properties" and says nothing of

@@ -25,7 +25,7 @@ func TestValidateRefusesUnsafeText(t *testing.T) {
 	}{
 		{"name", func(t *store.Tool, s string) { t.Name = s }, "tool.name"},
 		{"description", func(t *store.Tool, s string) { t.Description = s }, "tool.description"},
-		{"connector", func(t *store.Tool, s string) { t.ConnectorID = s }, "tool.connector_id"},
+		{"connector", func(t *store.Tool, s string) { t.ProviderID = s }, "tool.connector_id"},
 		{"capability", func(t *store.Tool, s string) { t.Capabilities = []string{"ok", s} }, "tool.capabilities[1]"},
 		{"scope", func(t *store.Tool, s string) { t.RequiredScopes = []string{s} }, "tool.required_scopes[0]"},
 		{"config_ref", func(t *store.Tool, s string) { t.ConfigRef = "vault://" + s }, "tool.config_ref"},

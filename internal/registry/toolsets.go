@@ -12,6 +12,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/export"
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
@@ -120,7 +121,7 @@ func (r *Registry) toolsetList() []*store.Toolset {
 func (r *Registry) Toolsets() []*store.Toolset {
 	list := r.toolsetList()
 	for i, ts := range list {
-		list[i] = cloneToolset(ts)
+		list[i] = ts.Clone()
 	}
 	return list
 }
@@ -132,13 +133,7 @@ func (r *Registry) GetToolset(name string) (*store.Toolset, error) {
 	if !ok {
 		return nil, fault.ToolsetNotFound(name)
 	}
-	return cloneToolset(ts), nil
-}
-
-func cloneToolset(ts *store.Toolset) *store.Toolset {
-	c := *ts
-	c.Tools = slices.Clone(ts.Tools)
-	return &c
+	return ts.Clone(), nil
 }
 
 // reloadToolsets reads every toolset into the cache.
@@ -198,7 +193,7 @@ func (r *Registry) applyToolset(name string, ts *store.Toolset) {
 // normalizeToolset returns ts as it is stored: text trimmed, output-only
 // fields cleared.
 func normalizeToolset(ts *store.Toolset) *store.Toolset {
-	n := cloneToolset(ts)
+	n := ts.Clone()
 	n.Version, n.CreatedAt, n.UpdatedAt = 0, time.Time{}, time.Time{}
 	n.Title = strings.TrimSpace(n.Title)
 	n.Guidance = strings.TrimSpace(n.Guidance)
@@ -240,7 +235,7 @@ func checkToolset(v *fault.Violations, ts *store.Toolset, exists func(tool, acti
 			continue
 		}
 		tool, action, qualified := strings.Cut(ref, ".")
-		if !namePattern.MatchString(tool) || (qualified && !namePattern.MatchString(action)) {
+		if !names.Valid(tool) || (qualified && !names.Valid(action)) {
 			v.Add(field, "must be a tool's name or tool.action, not %s", safetext.Quote(ref))
 			continue
 		}
@@ -325,7 +320,7 @@ func (r *Registry) RegisterToolset(ctx context.Context, p RegisterToolsetParams)
 				return nil, false, fault.ToolsetVersionConflict(name, p.ExpectedVersion, 0)
 			}
 			if p.ValidateOnly {
-				c := cloneToolset(def)
+				c := def.Clone()
 				c.Version, c.CreatedAt, c.UpdatedAt = 1, r.now(), r.now()
 				return c, true, nil
 			}
@@ -342,7 +337,7 @@ func (r *Registry) RegisterToolset(ctx context.Context, p RegisterToolsetParams)
 			}
 			r.applyToolset(name, ts)
 			r.log.InfoContext(ctx, "toolset registered", "toolset", name, "version", ts.Version, "actor", p.Actor)
-			return cloneToolset(ts), true, nil
+			return ts.Clone(), true, nil
 		case err != nil:
 			return nil, false, fmt.Errorf("registry: read toolset %q: %w", name, err)
 		}
@@ -353,7 +348,7 @@ func (r *Registry) RegisterToolset(ctx context.Context, p RegisterToolsetParams)
 			return cur, false, nil
 		}
 		if p.ValidateOnly {
-			c := cloneToolset(def)
+			c := def.Clone()
 			c.Version, c.CreatedAt, c.UpdatedAt = cur.Version+1, cur.CreatedAt, r.now()
 			return c, false, nil
 		}
@@ -372,7 +367,7 @@ func (r *Registry) RegisterToolset(ctx context.Context, p RegisterToolsetParams)
 		}
 		r.applyToolset(name, ts)
 		r.log.InfoContext(ctx, "toolset updated", "toolset", name, "version", ts.Version, "actor", p.Actor)
-		return cloneToolset(ts), false, nil
+		return ts.Clone(), false, nil
 	}
 	return nil, false, fault.ConcurrentWriters(name)
 }

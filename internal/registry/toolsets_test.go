@@ -148,7 +148,7 @@ func TestExportedNames(t *testing.T) {
 		"a": impl("b__c", "a"), "a__b": impl("c"),
 	}))
 	mk := func(name string, actions ...string) *store.Tool {
-		t := &store.Tool{Name: name, Description: "d", ConnectorID: "demo", DefaultRisk: toolkit.RiskLow}
+		t := &store.Tool{Name: name, Description: "d", ProviderID: "demo", DefaultRisk: toolkit.RiskLow}
 		for _, a := range actions {
 			t.Actions = append(t.Actions, store.Action{Name: a, Description: "d"})
 		}

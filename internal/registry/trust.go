@@ -74,7 +74,7 @@ func (r *Registry) trusted(t *store.Tool) error {
 func (r *Registry) probeInto(ctx context.Context, t, cur *store.Tool) (func(keep bool), error) {
 	t.Connector = connector.Normalize(t.Connector)
 	t.Connector.Discovered = nil
-	found, done, err := r.connectors.Probe(ctx, normalize(t))
+	found, done, err := r.host.Probe(ctx, normalize(t))
 	if err == nil {
 		t.Connector.Discovered = checkDiscovered(found)
 		return done, nil

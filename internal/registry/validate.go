@@ -1,12 +1,9 @@
 package registry
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"regexp"
 	"strings"
 	"time"
 	"unicode"
@@ -17,7 +14,9 @@ import (
 	"github.com/toolsvc/toolsvc/internal/connector"
 	"github.com/toolsvc/toolsvc/internal/export"
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/safetext"
+	"github.com/toolsvc/toolsvc/internal/secrets"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/tools"
 	"github.com/toolsvc/toolsvc/toolkit"
@@ -40,8 +39,6 @@ const (
 	MaxGuidance = 4096
 )
 
-var namePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
-
 // prepared is a definition that passed validation, normalized as it will be
 // stored, with what the cache needs: its compiled schemas and, when its
 // connector is served in this process, its implementation.
@@ -53,120 +50,10 @@ type prepared struct {
 
 // checker validates definitions. providers is nil when no provider is known
 // (a tools file checked on its own): provider-dependent rules are skipped.
-// connectors, when set, binds tools declared as connectors.
+// host, when set, binds tools declared as connectors.
 type checker struct {
-	providers  map[string]tools.Provider
-	connectors tools.Connectors
-}
-
-// normalize returns a deep copy of t as it would be stored: descriptions
-// trimmed, provider type and timeout defaulted, JSON documents compacted,
-// empty lists nil, output-only fields cleared.
-func normalize(t *store.Tool) *store.Tool {
-	n := cloneTool(t)
-	n.Version, n.CreatedAt, n.UpdatedAt, n.Incarnation = 0, time.Time{}, time.Time{}, ""
-	if n.Connector != nil {
-		applyConnector(n)
-	}
-	n.Description = strings.TrimSpace(n.Description)
-	n.Guidance = strings.TrimSpace(n.Guidance)
-	if n.ProviderType == "" {
-		n.ProviderType = store.ProviderNative
-	}
-	if n.Timeout == 0 {
-		n.Timeout = DefaultTimeout
-	}
-	n.Capabilities = nilIfEmpty(n.Capabilities)
-	n.RequiredScopes = nilIfEmpty(n.RequiredScopes)
-	if len(n.Policies) == 0 {
-		n.Policies = nil
-	}
-	for i := range n.Policies {
-		if sd := n.Policies[i].SequentialDependency; sd != nil {
-			sd.Requires = nilIfEmpty(sd.Requires)
-		}
-		if rw := n.Policies[i].ReadBeforeWrite; rw != nil {
-			rw.ReadActions = nilIfEmpty(rw.ReadActions)
-			rw.WriteActions = nilIfEmpty(rw.WriteActions)
-			rw.CreateActions = nilIfEmpty(rw.CreateActions)
-		}
-	}
-	if len(n.Actions) == 0 {
-		n.Actions = nil
-	}
-	for i := range n.Actions {
-		a := &n.Actions[i]
-		a.Description = strings.TrimSpace(a.Description)
-		a.Guidance = strings.TrimSpace(a.Guidance)
-		a.InputSchema = compact(a.InputSchema)
-		a.OutputSchema = compact(a.OutputSchema)
-		if len(a.Examples) == 0 {
-			a.Examples = nil
-		}
-		for j := range a.Examples {
-			ex := &a.Examples[j]
-			ex.Description = strings.TrimSpace(ex.Description)
-			ex.Input = compact(ex.Input)
-			ex.Output = compact(ex.Output)
-		}
-	}
-	return n
-}
-
-// applyConnector derives what a connector definition decides: the connector
-// id (the tool's own name), a description when none is given, the provider
-// type, the default risk when unset
-// (MEDIUM for an HTTP API; for an MCP server LOW, which leaves the risk of
-// each action to its annotations), the actions and preview support.
-func applyConnector(t *store.Tool) {
-	t.Connector = connector.Normalize(t.Connector)
-	if t.ConnectorID == "" {
-		t.ConnectorID = t.Name
-	}
-	switch t.Connector.Type {
-	case connector.TypeMCP:
-		if t.ProviderType == "" {
-			t.ProviderType = store.ProviderMCP
-		}
-		if t.DefaultRisk == toolkit.RiskUnspecified {
-			t.DefaultRisk = toolkit.RiskLow
-		}
-	case connector.TypeHTTP:
-		if t.ProviderType == "" {
-			t.ProviderType = store.ProviderNative
-		}
-		if t.DefaultRisk == toolkit.RiskUnspecified {
-			t.DefaultRisk = toolkit.RiskMedium
-		}
-	}
-	if strings.TrimSpace(t.Description) == "" {
-		t.Description = defaultDescription(t.Connector.Type, t.Name)
-	}
-	t.Actions = t.Connector.ToolActions(t.DefaultRisk)
-	t.SupportsPreview = t.Connector.SupportsPreview()
-}
-
-// compact removes insignificant space from a JSON document; an invalid one is
-// kept as it is (validation reports it). JSON null counts as absent.
-func compact(raw json.RawMessage) json.RawMessage {
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil
-	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, raw); err != nil {
-		return raw
-	}
-	if buf.String() == "null" {
-		return nil
-	}
-	return buf.Bytes()
-}
-
-func nilIfEmpty(s []string) []string {
-	if len(s) == 0 {
-		return nil
-	}
-	return s
+	providers map[string]tools.Provider
+	host      tools.ConnectorHost
 }
 
 // prepare normalizes and validates a definition. It returns every problem at
@@ -184,13 +71,13 @@ func (c checker) prepare(in *store.Tool) (*prepared, fault.Violations) {
 	checkDescription(&v, "tool.description", t.Description)
 	checkGuidance(&v, "tool.guidance", t.Guidance)
 	switch {
-	case t.ConnectorID == "":
+	case t.ProviderID == "":
 		v.Add("tool.connector_id", "is required")
-	case !v.CheckText("tool.connector_id", t.ConnectorID):
-	case !namePattern.MatchString(t.ConnectorID):
-		v.Add("tool.connector_id", "must match ^[a-z0-9_-]{1,64}$")
+	case !v.CheckText("tool.connector_id", t.ProviderID):
+	case !names.Valid(t.ProviderID):
+		v.Add("tool.connector_id", "must match %s", names.Pattern)
 	}
-	if t.ProviderType != store.ProviderNative && t.ProviderType != store.ProviderMCP {
+	if t.ProviderType != store.ProviderInProcess && t.ProviderType != store.ProviderMCP {
 		v.Add("tool.provider_type", "must be native or mcp, not %s", safetext.Quote(string(t.ProviderType)))
 	}
 	checkLabels(&v, "tool.capabilities", t.Capabilities)
@@ -269,10 +156,10 @@ func (c checker) prepare(in *store.Tool) (*prepared, fault.Violations) {
 // checkConnector validates what is particular to a tool declared as a
 // connector: in is the definition as given, t normalized.
 func checkConnector(v *fault.Violations, in, t *store.Tool) {
-	if in.ConnectorID != "" && in.ConnectorID != in.Name {
+	if in.ProviderID != "" && in.ProviderID != in.Name {
 		v.Add("tool.connector_id", "a connector is served under its own name: leave connector_id empty or set it to %q", in.Name)
 	}
-	want := store.ProviderNative
+	want := store.ProviderInProcess
 	if t.Connector.Type == connector.TypeMCP {
 		want = store.ProviderMCP
 	}
@@ -429,7 +316,7 @@ func checkPolicies(v *fault.Violations, t *store.Tool) {
 				if tool, action, qualified := strings.Cut(req, "."); qualified {
 					// Another tool's action: it may not be registered yet, so
 					// only the syntax is checked.
-					if !namePattern.MatchString(tool) || !namePattern.MatchString(action) {
+					if !names.Valid(tool) || !names.Valid(action) {
 						v.Add(rp, "must be an action name or tool.action, not %s", safetext.Quote(req))
 					}
 					continue
@@ -476,104 +363,13 @@ func checkPolicies(v *fault.Violations, t *store.Tool) {
 	}
 }
 
-// bind resolves the implementation of a tool through its connector's
-// provider and checks what the implementation decides: a native tool's
-// connector must be served here and accept the definition, its actions must
-// exist in the implementation, and preview support is the implementation's.
-func (c checker) bind(v *fault.Violations, p *prepared) {
-	t := p.tool
-	if t.Connector != nil {
-		c.bindConnector(v, p)
-		return
-	}
-	if c.providers == nil || !namePattern.MatchString(t.ConnectorID) {
-		return
-	}
-	prov, ok := c.providers[t.ConnectorID]
-	if t.ProviderType != store.ProviderNative {
-		// MCP tools are discovered from a server that may be unreachable at
-		// registration: bind if possible, never refuse.
-		if ok && len(*v) == 0 {
-			if impl, err := prov.Bind(t); err == nil {
-				p.impl = impl
-			}
-		}
-		return
-	}
-	if !ok {
-		v.Add("tool.connector_id", "no native provider serves connector %q in this build", t.ConnectorID)
-		return
-	}
-	if len(*v) > 0 {
-		// A provider may assume a well-formed definition.
-		return
-	}
-	impl, err := prov.Bind(t)
-	if err != nil {
-		v.Add("tool.connector_id", "connector %q cannot serve this tool: %v", t.ConnectorID, err)
-		return
-	}
-	if impl == nil {
-		v.Add("tool.connector_id", "connector %q returned no implementation", t.ConnectorID)
-		return
-	}
-	if declared := impl.Definition().Actions; len(declared) > 0 {
-		have := make(map[string]bool, len(declared))
-		for _, a := range declared {
-			have[a.Name] = true
-		}
-		for i, a := range t.Actions {
-			if !have[a.Name] {
-				v.Add(fmt.Sprintf("tool.actions[%d].name", i), "the implementation of connector %q has no action %s", t.ConnectorID, safetext.Quote(a.Name))
-			}
-		}
-	}
-	// Preview support is a property of the implementation: a tool that can
-	// preview says so; one that claims it but cannot is refused, because the
-	// PREVIEW gate would have nothing to show.
-	_, previews := impl.(toolkit.Previewer)
-	if t.SupportsPreview && !previews {
-		v.Add("tool.supports_preview", "the implementation of connector %q cannot preview", t.ConnectorID)
-	}
-	t.SupportsPreview = previews
-	if _, checks := impl.(toolkit.ResourceChecker); !checks {
-		for k, pol := range t.Policies {
-			if rw := pol.ReadBeforeWrite; rw != nil && len(rw.CreateActions) > 0 {
-				v.Add(fmt.Sprintf("tool.policies[%d].read_before_write.create_actions", k),
-					"the implementation of connector %q cannot tell whether a resource exists (toolkit.ResourceChecker)", t.ConnectorID)
-			}
-		}
-	}
-	p.impl = impl
-}
-
-// bindConnector binds a tool declared as a connector. An HTTP connector
-// that cannot be served is refused; an MCP connector never is (its server
-// may be down now and up later).
-func (c checker) bindConnector(v *fault.Violations, p *prepared) {
-	if c.connectors == nil || len(*v) > 0 {
-		return
-	}
-	impl, err := c.connectors.Bind(p.tool)
-	if err != nil {
-		// A refusal of the trust rules is the registry's to answer, as
-		// itself (Register); so is an MCP server that may be down now and
-		// up later.
-		if _, trust := fault.As(err); !trust && p.tool.Connector.Type == connector.TypeHTTP {
-			v.Add("tool.connector", "cannot be served: %v", err)
-		}
-		return
-	}
-	p.impl = impl
-}
-
 func checkName(v *fault.Violations, field, name string) {
 	switch {
 	case name == "":
 		v.Add(field, "is required")
 	case !v.CheckText(field, name):
-	case !namePattern.MatchString(name):
-		v.Add(field, "must match ^[a-z0-9_-]{1,64}$, not %s", safetext.Quote(name))
+	case !names.Valid(name):
+		v.Add(field, "must match %s, not %s", names.Pattern, safetext.Quote(name))
 	}
 }
 
@@ -650,228 +446,13 @@ func checkLabels(v *fault.Violations, field string, labels []string) {
 	}
 }
 
-// Credentials refused in config_ref, by their well-known prefixes.
-var credentialPrefixes = []string{
-	"sk-", "sk_live_", "sk_test_", "rk_live_", "rk_test_", // OpenAI, Anthropic, Stripe
-	"ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", // GitHub
-	"glpat-",                                    // GitLab
-	"xoxb-", "xoxp-", "xoxa-", "xoxs-", "xapp-", // Slack
-	"ya29.",      // Google OAuth tokens
-	"-----BEGIN", // PEM keys
-}
-
-// Credentials whose prefix alone is too short to tell: the whole shape is
-// matched.
-var credentialShapes = []struct {
-	what    string
-	pattern *regexp.Regexp
-}{
-	{"an AWS access key id", regexp.MustCompile(`^(AKIA|ASIA)[A-Z0-9]{16}`)},
-	{"a Google API key", regexp.MustCompile(`^AIza[0-9A-Za-z_-]{35}`)},
-	{"a JSON Web Token", regexp.MustCompile(`^eyJ[0-9A-Za-z_-]+\.[0-9A-Za-z_-]+`)},
-}
-
-var (
-	userinfoPattern = regexp.MustCompile(`://[^/@\s]+:[^/@\s]+@`)
-	uuidPattern     = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-)
-
-// credentialLike says why a config_ref looks like a credential rather than a
-// reference to one, or "" if it does not. References look like
-// "vault://kv/github", "env:GITHUB", "connectors/github"; what is refused is a
-// URL with a password, a value with a well-known key prefix, and a long
-// random-looking token (at least 32 characters with upper case, lower case
-// and digits and high entropy, or 32+ hex digits that are not a UUID).
+// credentialLike says why a config_ref (or a value of a connector
+// definition that must be a reference) is refused: longer than maxConfigRef,
+// or a credential rather than a reference to one (secrets.CredentialLike);
+// "" if it is neither.
 func credentialLike(ref string) string {
-	if ref == "" {
-		return ""
-	}
 	if len(ref) > maxConfigRef {
 		return fmt.Sprintf("it is longer than %d characters", maxConfigRef)
 	}
-	if strings.IndexFunc(ref, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
-		if strings.HasPrefix(ref, "Bearer ") || strings.HasPrefix(ref, "Basic ") {
-			return "it is an HTTP Authorization header value"
-		}
-		return "it contains whitespace"
-	}
-	if userinfoPattern.MatchString(ref) {
-		return "it is a URL with a user name and password"
-	}
-	for _, p := range credentialPrefixes {
-		if strings.HasPrefix(ref, p) {
-			return fmt.Sprintf("it starts with %q, the prefix of a well-known key format", p)
-		}
-	}
-	for _, c := range credentialShapes {
-		if c.pattern.MatchString(ref) {
-			return "it looks like " + c.what
-		}
-	}
-	for _, tok := range strings.FieldsFunc(ref, func(r rune) bool { return strings.ContainsRune("/:@?#&,;", r) }) {
-		if randomToken(tok) {
-			return "it contains a long random-looking token"
-		}
-	}
-	return ""
-}
-
-// randomToken reports whether tok looks like a generated secret.
-func randomToken(tok string) bool {
-	if len(tok) < 32 || uuidPattern.MatchString(tok) {
-		return false
-	}
-	var lower, upper, digit, hex bool
-	hex = true
-	for _, r := range tok {
-		switch {
-		case r >= 'a' && r <= 'z':
-			lower = true
-		case r >= 'A' && r <= 'Z':
-			upper = true
-		case r >= '0' && r <= '9':
-			digit = true
-		}
-		if !strings.ContainsRune("0123456789abcdefABCDEF", r) {
-			hex = false
-		}
-	}
-	if hex {
-		return digit && (lower || upper)
-	}
-	return lower && upper && digit && entropy(tok) >= 3.5
-}
-
-// entropy is the Shannon entropy of s in bits per character.
-func entropy(s string) float64 {
-	counts := make(map[rune]int)
-	n := 0
-	for _, r := range s {
-		counts[r]++
-		n++
-	}
-	var h float64
-	for _, c := range counts {
-		p := float64(c) / float64(n)
-		h -= p * math.Log2(p)
-	}
-	return h
-}
-
-// cloneTool returns a deep copy of t.
-func cloneTool(t *store.Tool) *store.Tool {
-	if t == nil {
-		return nil
-	}
-	c := *t
-	c.Capabilities = cloneStrings(t.Capabilities)
-	c.RequiredScopes = cloneStrings(t.RequiredScopes)
-	if t.Actions != nil {
-		c.Actions = make([]store.Action, len(t.Actions))
-		for i, a := range t.Actions {
-			a.InputSchema = cloneRaw(a.InputSchema)
-			a.OutputSchema = cloneRaw(a.OutputSchema)
-			if a.Examples != nil {
-				ex := make([]store.Example, len(a.Examples))
-				for j, e := range a.Examples {
-					ex[j] = store.Example{Description: e.Description, Input: cloneRaw(e.Input), Output: cloneRaw(e.Output)}
-				}
-				a.Examples = ex
-			}
-			c.Actions[i] = a
-		}
-	}
-	if t.Policies != nil {
-		c.Policies = make([]store.Policy, len(t.Policies))
-		for i, p := range t.Policies {
-			var np store.Policy
-			if sd := p.SequentialDependency; sd != nil {
-				np.SequentialDependency = &store.SequentialDependency{Action: sd.Action, Requires: cloneStrings(sd.Requires)}
-			}
-			if rw := p.ReadBeforeWrite; rw != nil {
-				np.ReadBeforeWrite = &store.ReadBeforeWrite{
-					ReadActions:   cloneStrings(rw.ReadActions),
-					WriteActions:  cloneStrings(rw.WriteActions),
-					CreateActions: cloneStrings(rw.CreateActions),
-				}
-			}
-			c.Policies[i] = np
-		}
-	}
-	c.Connector = t.Connector.Clone()
-	return &c
-}
-
-func cloneStrings(s []string) []string {
-	if s == nil {
-		return nil
-	}
-	return append([]string(nil), s...)
-}
-
-func cloneRaw(r json.RawMessage) json.RawMessage {
-	if r == nil {
-		return nil
-	}
-	return append(json.RawMessage(nil), r...)
-}
-
-// sameDefinition reports whether two tools have the same definition (and
-// source): registering one over the other would change nothing. Both must be
-// normalized (their JSON documents compacted). JSON documents are compared
-// byte for byte, key order included: the order of a schema's properties is
-// part of what a model is shown, and agents cache and compare the stored
-// bytes (Action.input_schema_json), so a reordered document is a new
-// version. Only insignificant space is not a change.
-func sameDefinition(a, b *store.Tool) bool {
-	ca, errA := definitionKey(a)
-	cb, errB := definitionKey(b)
-	return errA == nil && errB == nil && bytes.Equal(ca, cb)
-}
-
-// definitionKey is the encoding of a tool's definition that sameDefinition
-// compares.
-func definitionKey(t *store.Tool) ([]byte, error) {
-	n := normalize(t)
-	n.Source = t.Source
-	if c := n.Connector; c != nil {
-		// Servers may list the same schema with its keys in another order:
-		// that is no change.
-		for i := range c.Discovered {
-			var err error
-			if c.Discovered[i].InputSchema, err = canonicalJSON(c.Discovered[i].InputSchema); err != nil {
-				return nil, err
-			}
-		}
-		for i := range c.Actions {
-			var err error
-			if c.Actions[i].InputSchema, err = canonicalJSON(c.Actions[i].InputSchema); err != nil {
-				return nil, err
-			}
-			if c.Actions[i].OutputSchema, err = canonicalJSON(c.Actions[i].OutputSchema); err != nil {
-				return nil, err
-			}
-		}
-		// The actions derived from what the server lists, likewise.
-		for i := range n.Actions {
-			a := &n.Actions[i]
-			var err error
-			if a.InputSchema, err = canonicalJSON(a.InputSchema); err != nil {
-				return nil, err
-			}
-			if a.OutputSchema, err = canonicalJSON(a.OutputSchema); err != nil {
-				return nil, err
-			}
-			for j := range a.Examples {
-				ex := &a.Examples[j]
-				if ex.Input, err = canonicalJSON(ex.Input); err != nil {
-					return nil, err
-				}
-				if ex.Output, err = canonicalJSON(ex.Output); err != nil {
-					return nil, err
-				}
-			}
-		}
-	}
-	return json.Marshal(n)
+	return secrets.CredentialLike(ref)
 }

@@ -56,9 +56,9 @@ func TestValidateViolations(t *testing.T) {
 		{"blank description", func(t *store.Tool) { t.Description = "   " }, "tool.description", "is required"},
 		{"long description", func(t *store.Tool) { t.Description = long }, "tool.description", "at most 200"},
 		{"non-ASCII description", func(t *store.Tool) { t.Description = "Échos" }, "tool.description", "ASCII"},
-		{"no connector", func(t *store.Tool) { t.ConnectorID = "" }, "tool.connector_id", "is required"},
-		{"bad connector", func(t *store.Tool) { t.ConnectorID = "De mo" }, "tool.connector_id", "must match"},
-		{"unknown native connector", func(t *store.Tool) { t.ConnectorID = "nope" }, "tool.connector_id", `no native provider serves connector "nope"`},
+		{"no connector", func(t *store.Tool) { t.ProviderID = "" }, "tool.connector_id", "is required"},
+		{"bad connector", func(t *store.Tool) { t.ProviderID = "De mo" }, "tool.connector_id", "must match"},
+		{"unknown native connector", func(t *store.Tool) { t.ProviderID = "nope" }, "tool.connector_id", `no native provider serves connector "nope"`},
 		{"bind refused", func(t *store.Tool) { t.Name = "unknown" }, "tool.connector_id", `no native tool named "unknown"`},
 		{"bad provider type", func(t *store.Tool) { t.ProviderType = "lambda" }, "tool.provider_type", "native or mcp"},
 		{"empty capability", func(t *store.Tool) { t.Capabilities = []string{"a", ""} }, "tool.capabilities[1]", "must not be empty"},
@@ -185,7 +185,7 @@ func TestValidateAcceptsVariants(t *testing.T) {
 		name   string
 		mutate func(*store.Tool)
 	}{
-		{"mcp tool without provider", func(t *store.Tool) { t.ProviderType = store.ProviderMCP; t.ConnectorID = "remote"; t.Name = "anything" }},
+		{"mcp tool without provider", func(t *store.Tool) { t.ProviderType = store.ProviderMCP; t.ProviderID = "remote"; t.Name = "anything" }},
 		{"timeout 1h", func(t *store.Tool) { t.Timeout = time.Hour }},
 		{"approval ttl 7d", func(t *store.Tool) { t.ApprovalTTL = 7 * 24 * time.Hour }},
 		{"config_ref forms", func(t *store.Tool) { t.ConfigRef = "env:ECHO_CONFIG" }},
@@ -217,7 +217,7 @@ func TestValidateReadBeforeWriteWithChecker(t *testing.T) {
 	r := newTestRegistry(t, nil)
 	pathSchema := toolkit.JSON(`{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`)
 	def := &store.Tool{
-		Name: "files", Description: "Files", ConnectorID: "demo", DefaultRisk: toolkit.RiskMedium,
+		Name: "files", Description: "Files", ProviderID: "demo", DefaultRisk: toolkit.RiskMedium,
 		Actions: []store.Action{
 			{Name: "read", Description: "Read", InputSchema: pathSchema, ResourceArgument: "path"},
 			{Name: "write", Description: "Write", InputSchema: pathSchema, ResourceArgument: "path"},
@@ -238,7 +238,7 @@ func TestValidateReadBeforeWriteWithChecker(t *testing.T) {
 func TestSupportsPreviewComesFromImplementation(t *testing.T) {
 	r := newTestRegistry(t, nil)
 	c := checker{providers: r.providers}
-	def := &store.Tool{Name: "previewer", Description: "Previews", ConnectorID: "demo", DefaultRisk: toolkit.RiskHigh,
+	def := &store.Tool{Name: "previewer", Description: "Previews", ProviderID: "demo", DefaultRisk: toolkit.RiskHigh,
 		Actions: []store.Action{{Name: "run", Description: "Run"}}}
 	p, v := c.prepare(def)
 	if len(v) != 0 {
@@ -247,7 +247,7 @@ func TestSupportsPreviewComesFromImplementation(t *testing.T) {
 	if !p.tool.SupportsPreview {
 		t.Fatal("a tool whose implementation previews must get supports_preview")
 	}
-	if p.tool.Timeout != DefaultTimeout || p.tool.ProviderType != store.ProviderNative {
+	if p.tool.Timeout != DefaultTimeout || p.tool.ProviderType != store.ProviderInProcess {
 		t.Fatalf("defaults not applied: timeout %s, provider %q", p.tool.Timeout, p.tool.ProviderType)
 	}
 }

@@ -56,20 +56,20 @@ func Clean(s string) string {
 	return strings.ReplaceAll(s, "\x00", Replacement)
 }
 
-// Truncate returns s cut to at most max bytes on a character boundary, with
-// Marker at the end when it was cut (and max leaves room for it). s should be
+// Truncate returns s cut to at most maxLen bytes on a character boundary, with
+// Marker at the end when it was cut (and maxLen leaves room for it). s should be
 // valid UTF-8 (see Bound); invalid bytes are kept, never split further.
-func Truncate(s string, max int) string {
-	if len(s) <= max {
+func Truncate(s string, maxLen int) string {
+	if len(s) <= maxLen {
 		return s
 	}
-	if max <= 0 {
+	if maxLen <= 0 {
 		return ""
 	}
-	limit := max
+	limit := maxLen
 	marker := ""
-	if max > len(Marker) {
-		limit, marker = max-len(Marker), Marker
+	if maxLen > len(Marker) {
+		limit, marker = maxLen-len(Marker), Marker
 	}
 	cut := limit
 	// Back up to the start of the character that straddles the limit.
@@ -79,10 +79,10 @@ func Truncate(s string, max int) string {
 	return s[:cut] + marker
 }
 
-// Bound returns s made valid UTF-8 without NUL and cut to at most max bytes
+// Bound returns s made valid UTF-8 without NUL and cut to at most maxLen bytes
 // on a character boundary: for free text on its way to storage, logs and
 // responses.
-func Bound(s string, max int) string { return Truncate(Clean(s), max) }
+func Bound(s string, maxLen int) string { return Truncate(Clean(s), maxLen) }
 
 // Quote returns s bounded to QuoteLimit bytes and Go-quoted, for error
 // messages that name what a caller sent without echoing unbounded input.

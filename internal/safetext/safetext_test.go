@@ -8,19 +8,19 @@ import (
 
 func TestTruncateKeepsCharacters(t *testing.T) {
 	s := strings.Repeat("日本語", 50) // 3-byte characters
-	for max := 0; max <= len(s)+1; max++ {
-		got := Truncate(s, max)
-		if len(got) > max {
-			t.Fatalf("max %d: %d bytes", max, len(got))
+	for maxLen := 0; maxLen <= len(s)+1; maxLen++ {
+		got := Truncate(s, maxLen)
+		if len(got) > maxLen {
+			t.Fatalf("maxLen %d: %d bytes", maxLen, len(got))
 		}
 		if !utf8.ValidString(got) {
-			t.Fatalf("max %d: split a character: %q", max, got)
+			t.Fatalf("maxLen %d: split a character: %q", maxLen, got)
 		}
-		if max < len(s) && max > len(Marker) && !strings.HasSuffix(got, Marker) {
-			t.Fatalf("max %d: cut without the marker: %q", max, got)
+		if maxLen < len(s) && maxLen > len(Marker) && !strings.HasSuffix(got, Marker) {
+			t.Fatalf("maxLen %d: cut without the marker: %q", maxLen, got)
 		}
-		if max >= len(s) && got != s {
-			t.Fatalf("max %d: changed text that fits", max)
+		if maxLen >= len(s) && got != s {
+			t.Fatalf("maxLen %d: changed text that fits", maxLen)
 		}
 	}
 }
@@ -59,13 +59,13 @@ func TestQuoteIsBounded(t *testing.T) {
 func FuzzBound(f *testing.F) {
 	f.Add("héllo\x00\xff", 7)
 	f.Add(strings.Repeat("😀", 10), 5)
-	f.Fuzz(func(t *testing.T, s string, max int) {
-		if max < 0 || max > 1<<16 {
+	f.Fuzz(func(t *testing.T, s string, maxLen int) {
+		if maxLen < 0 || maxLen > 1<<16 {
 			return
 		}
-		got := Bound(s, max)
-		if len(got) > max || !Valid(got) {
-			t.Fatalf("Bound(%q, %d) = %q", s, max, got)
+		got := Bound(s, maxLen)
+		if len(got) > maxLen || !Valid(got) {
+			t.Fatalf("Bound(%q, %d) = %q", s, maxLen, got)
 		}
 	})
 }

@@ -76,8 +76,9 @@ func TestScrubURLError(t *testing.T) {
 	sc := NewScrubber()
 	sc.Add(New(canary))
 	u := "http://127.0.0.1:1/v1?api_key=" + url.QueryEscape(canary)
-	_, err := http.Get(u)
+	resp, err := http.Get(u)
 	if err == nil {
+		resp.Body.Close()
 		t.Fatal("expected a connection error")
 	}
 	if !strings.Contains(err.Error(), url.QueryEscape(canary)) {

@@ -1,4 +1,4 @@
-// Package secrets is toolsvc's secrets boundary (DESIGN §8): connectors get
+// Package secrets is toolsvc's secrets boundary (docs/connectors.md#secrets): connectors get
 // a Store at construction and fetch each credential right before use, and
 // the value travels as a Secret, whose every printed, logged or marshalled
 // form is redacted. Only references (a connector id and a key) live in

@@ -39,10 +39,7 @@ type approvalServer struct {
 // ListApprovals returns approvals newest first: every approval to approvers
 // and operators, their own to the others.
 func (s *approvalServer) ListApprovals(ctx context.Context, req *toolsvcv1.ListApprovalsRequest) (*toolsvcv1.ListApprovalsResponse, error) {
-	if err := checkText(req, "invalid request"); err != nil {
-		return nil, err
-	}
-	p, err := principalFrom(ctx)
+	p, err := requestPrincipal(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -62,9 +59,7 @@ func (s *approvalServer) ListApprovals(ctx context.Context, req *toolsvcv1.ListA
 		return nil, err
 	}
 	filters := approvalListFilters{List: "approvals", State: string(state), Tool: req.GetTool()}
-	if !auth.ReadsAllApprovals(p) {
-		filters.Requester = p.ID
-	}
+	filters.Requester = auth.ApprovalsRequester(p)
 	before, err := decodePageToken(req.GetPageToken(), filters)
 	if err != nil {
 		return nil, err
@@ -114,10 +109,7 @@ func (s *approvalServer) ListApprovals(ctx context.Context, req *toolsvcv1.ListA
 // GetApproval returns one approval; to a principal that reads only its own,
 // another's is not found.
 func (s *approvalServer) GetApproval(ctx context.Context, req *toolsvcv1.GetApprovalRequest) (*toolsvcv1.GetApprovalResponse, error) {
-	if err := checkText(req, "invalid request"); err != nil {
-		return nil, err
-	}
-	p, err := principalFrom(ctx)
+	p, err := requestPrincipal(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +117,7 @@ func (s *approvalServer) GetApproval(ctx context.Context, req *toolsvcv1.GetAppr
 		return nil, fault.Violations{{Field: "approval_id", Description: "is required"}}.Err("invalid request")
 	}
 	a, err := s.st.GetApproval(ctx, req.GetApprovalId())
-	if err == nil && !auth.ReadsAllApprovals(p) && a.Requester != p.ID {
+	if err == nil && !auth.MayReadApproval(p, a.Requester) {
 		err = store.ErrNotFound // do not reveal others' approvals
 	}
 	if errors.Is(err, store.ErrNotFound) {
@@ -183,10 +175,9 @@ func (s *approvalServer) checkFollowed(ctx context.Context, caller *auth.Princip
 	if err := v.Err("invalid request"); err != nil {
 		return err
 	}
-	all := auth.ReadsAllApprovals(caller)
 	if id := req.GetApprovalId(); id != "" {
 		a, err := s.st.GetApproval(ctx, id)
-		if err == nil && !all && a.Requester != caller.ID {
+		if err == nil && !auth.MayReadApproval(caller, a.Requester) {
 			err = store.ErrNotFound
 		}
 		if errors.Is(err, store.ErrNotFound) {
@@ -198,7 +189,7 @@ func (s *approvalServer) checkFollowed(ctx context.Context, caller *auth.Princip
 	}
 	if id := req.GetCallId(); id != "" {
 		c, err := s.st.GetCall(ctx, id)
-		if err == nil && !all && c.PrincipalID != caller.ID {
+		if err == nil && !auth.MayReadApproval(caller, c.PrincipalID) {
 			err = store.ErrNotFound
 		}
 		if errors.Is(err, store.ErrNotFound) {
@@ -228,7 +219,6 @@ func (s *approvalServer) WatchApprovals(req *toolsvcv1.WatchApprovalsRequest, st
 	if err != nil {
 		return err
 	}
-	all := auth.ReadsAllApprovals(caller)
 	if err := s.checkFollowed(stream.Context(), caller, req); err != nil {
 		return err
 	}
@@ -239,7 +229,7 @@ func (s *approvalServer) WatchApprovals(req *toolsvcv1.WatchApprovalsRequest, st
 	defer leave()
 	f := executor.ApprovalFilter{Tool: req.GetTool(), ApprovalID: req.GetApprovalId(), CallID: req.GetCallId()}
 	return s.ex.FollowApprovals(ctx, f, func(a *store.Approval) error {
-		if !all && a.Requester != caller.ID {
+		if !auth.MayReadApproval(caller, a.Requester) {
 			return nil
 		}
 		pb, err := approvalToProto(a, false)

@@ -45,10 +45,7 @@ type auditServer struct {
 // to the others the events recorded under their own id (asking for
 // another principal's finds none).
 func (s *auditServer) ListAuditEvents(ctx context.Context, req *toolsvcv1.ListAuditEventsRequest) (*toolsvcv1.ListAuditEventsResponse, error) {
-	if err := checkText(req, "invalid request"); err != nil {
-		return nil, err
-	}
-	p, err := principalFrom(ctx)
+	p, err := requestPrincipal(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -87,11 +84,9 @@ func (s *auditServer) ListAuditEvents(ctx context.Context, req *toolsvcv1.ListAu
 	if id, err := auth.CanonicalPrincipalID(f.Principal); err == nil {
 		f.Principal = id
 	}
-	if !auth.ReadsAllAuditEvents(p) {
-		if f.Principal != "" && f.Principal != p.ID {
-			return &toolsvcv1.ListAuditEventsResponse{}, nil
-		}
-		f.Principal = p.ID
+	var ok bool
+	if f.Principal, ok = auth.AuditPrincipal(p, f.Principal); !ok {
+		return &toolsvcv1.ListAuditEventsResponse{}, nil
 	}
 	filters := auditListFilters{List: "audit", Types: f.Types, CallID: f.CallID, TraceID: f.TraceID,
 		TaskID: f.TaskID, Principal: f.Principal, Tool: f.Tool}

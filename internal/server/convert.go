@@ -36,17 +36,13 @@ func autonomyFromProto(a toolsvcv1.AutonomyLevel) toolkit.AutonomyLevel {
 	return toolkit.AutonomyLevel(a)
 }
 
-func autonomyToProto(a toolkit.AutonomyLevel) toolsvcv1.AutonomyLevel {
-	return toolsvcv1.AutonomyLevel(a)
-}
-
 func providerFromProto(p toolsvcv1.ProviderType) store.ProviderType {
 	switch p {
 	case toolsvcv1.ProviderType_PROVIDER_TYPE_UNSPECIFIED:
 		// The API documents UNSPECIFIED as NATIVE; the registry defaults "".
 		return ""
 	case toolsvcv1.ProviderType_PROVIDER_TYPE_NATIVE:
-		return store.ProviderNative
+		return store.ProviderInProcess
 	case toolsvcv1.ProviderType_PROVIDER_TYPE_MCP:
 		return store.ProviderMCP
 	}
@@ -56,7 +52,7 @@ func providerFromProto(p toolsvcv1.ProviderType) store.ProviderType {
 
 func providerToProto(p store.ProviderType) toolsvcv1.ProviderType {
 	switch p {
-	case store.ProviderNative:
+	case store.ProviderInProcess:
 		return toolsvcv1.ProviderType_PROVIDER_TYPE_NATIVE
 	case store.ProviderMCP:
 		return toolsvcv1.ProviderType_PROVIDER_TYPE_MCP
@@ -85,7 +81,7 @@ func toolFromProto(pb *toolsvcv1.Tool, v *fault.Violations) *store.Tool {
 	t := &store.Tool{
 		Name:            pb.GetName(),
 		Description:     pb.GetDescription(),
-		ConnectorID:     pb.GetConnectorId(),
+		ProviderID:      pb.GetConnectorId(),
 		ProviderType:    providerFromProto(pb.GetProviderType()),
 		Capabilities:    pb.GetCapabilities(),
 		RequiredScopes:  pb.GetRequiredScopes(),
@@ -292,7 +288,7 @@ func toolToProto(t *store.Tool) (*toolsvcv1.Tool, error) {
 	pb := &toolsvcv1.Tool{
 		Name:            t.Name,
 		Description:     t.Description,
-		ConnectorId:     t.ConnectorID,
+		ConnectorId:     t.ProviderID,
 		ProviderType:    providerToProto(t.ProviderType),
 		Capabilities:    t.Capabilities,
 		RequiredScopes:  t.RequiredScopes,

@@ -18,13 +18,6 @@ import (
 // ErrorDomain is the google.rpc.ErrorInfo domain of every toolsvc error.
 const ErrorDomain = "toolsvc"
 
-// Reasons for errors that reach the server as bare store or context errors
-// rather than as *fault.Error (the fault package holds the rest).
-const (
-	ReasonNotFound = "NOT_FOUND"
-	ReasonConflict = "CONFLICT"
-)
-
 // maxViolationText bounds each field name and description of a BadRequest.
 const maxViolationText = 1024
 
@@ -52,7 +45,8 @@ var kindCodes = map[fault.Kind]codes.Code{
 //     ErrorInfo (reason, domain "toolsvc", metadata), RetryInfo when
 //     RetryAfter is positive and BadRequest when it has field violations;
 //   - an error that already carries a status is returned as it is;
-//   - context and store sentinels get their codes (see the table in the test);
+//   - context errors get their codes, and store sentinels those of
+//     store.Fault (see the table in the test);
 //   - anything else becomes INTERNAL with a generic message.
 //
 // It returns nil for a nil error.
@@ -75,14 +69,9 @@ func toStatus(err error) *status.Status {
 		return faultStatus(fault.DeadlinePassed("before the request finished"))
 	case errors.Is(err, context.Canceled):
 		return faultStatus(fault.Cancelled("before it finished"))
-	case errors.Is(err, store.ErrUnavailable):
-		return faultStatus(fault.StoreUnavailable(err))
-	case errors.Is(err, store.ErrNotFound):
-		return detailed(codes.NotFound, "not found", ReasonNotFound, nil)
-	case errors.Is(err, store.ErrConflict):
-		return detailed(codes.Aborted, "the record changed concurrently or is not in the required state; read it again and retry", ReasonConflict, nil)
-	case errors.Is(err, store.ErrInvalid):
-		return detailed(codes.InvalidArgument, err.Error(), fault.ReasonInvalidRequest, nil)
+	}
+	if f, ok := store.Fault(err); ok {
+		return faultStatus(f)
 	}
 	return detailed(codes.Internal, internalMessage, fault.ReasonInternal, nil)
 }

@@ -114,7 +114,7 @@ func (s *healthServer) WatchToolHealth(req *toolsvcv1.WatchToolHealthRequest, st
 // without it.
 func healthFor(p *auth.Principal, h *store.ToolHealth) *toolsvcv1.ToolHealth {
 	pb := healthToProto(h)
-	if !p.HasRole(auth.RoleOperator) {
+	if !auth.ReadsAllCalls(p) {
 		pb.LastError = ""
 	}
 	return pb
@@ -122,10 +122,7 @@ func healthFor(p *auth.Principal, h *store.ToolHealth) *toolsvcv1.ToolHealth {
 
 // SetToolHealth drains or restores a tool.
 func (s *healthServer) SetToolHealth(ctx context.Context, req *toolsvcv1.SetToolHealthRequest) (*toolsvcv1.SetToolHealthResponse, error) {
-	if err := checkText(req, "invalid request"); err != nil {
-		return nil, err
-	}
-	p, err := principalFrom(ctx)
+	p, err := requestPrincipal(ctx, req)
 	if err != nil {
 		return nil, err
 	}

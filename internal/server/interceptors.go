@@ -163,7 +163,7 @@ func loggingStream(log *slog.Logger, observe func(error)) grpc.StreamServerInter
 
 // authorizer establishes a call's principal, checks its roles and holds it
 // to its limits. Every refusal is written to the audit trail before it is
-// answered (DESIGN §2 step 1): tool_call.rejected for ExecuteTool,
+// answered (docs/pipeline.md: every refusal is audited): tool_call.rejected for ExecuteTool,
 // access.denied for the other RPCs. Failed authentication (per peer address)
 // and limit refusals (per principal) are audited through a throttle, so that
 // a flood of them cannot flood the audit table; the next event audited for

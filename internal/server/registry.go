@@ -2,20 +2,16 @@ package server
 
 import (
 	"context"
-	"regexp"
 	"strings"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/export"
 	"github.com/toolsvc/toolsvc/internal/fault"
+	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/registry"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
-
-// toolNamePattern is the API's rule for tool names (registry.proto); a
-// request naming a tool that could never exist is malformed, not NOT_FOUND.
-var toolNamePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 
 // toolListFilters identifies ListTools' page tokens: ListTools has no
 // filters, but the kind keeps another list's token from being accepted.
@@ -32,12 +28,14 @@ type registryServer struct {
 	exports *export.Exporter
 }
 
+// checkToolName applies the name rule (names.Valid): a request naming a
+// tool that could never exist is malformed, not NOT_FOUND.
 func checkToolName(v *fault.Violations, field, name string) {
 	switch {
 	case name == "":
 		v.Add(field, "is required")
-	case !toolNamePattern.MatchString(name):
-		v.Add(field, "must match ^[a-z0-9_-]{1,64}$")
+	case !names.Valid(name):
+		v.Add(field, "must match %s", names.Pattern)
 	}
 }
 
@@ -130,10 +128,7 @@ func (s *registryServer) GetTool(ctx context.Context, req *toolsvcv1.GetToolRequ
 
 // ListTools returns a page of tools ordered by name.
 func (s *registryServer) ListTools(ctx context.Context, req *toolsvcv1.ListToolsRequest) (*toolsvcv1.ListToolsResponse, error) {
-	if err := checkText(req, "invalid request"); err != nil {
-		return nil, err
-	}
-	p, err := principalFrom(ctx)
+	p, err := requestPrincipal(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -185,10 +180,7 @@ func toolForReader(p *auth.Principal, t *store.Tool) (*toolsvcv1.Tool, error) {
 
 // DeregisterTool removes a tool.
 func (s *registryServer) DeregisterTool(ctx context.Context, req *toolsvcv1.DeregisterToolRequest) (*toolsvcv1.DeregisterToolResponse, error) {
-	if err := checkText(req, "invalid request"); err != nil {
-		return nil, err
-	}
-	p, err := principalFrom(ctx)
+	p, err := requestPrincipal(ctx, req)
 	if err != nil {
 		return nil, err
 	}

@@ -7,8 +7,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/auth"
 )
 
-// methodRoles is the one table of which roles may call which RPC (DESIGN §2
-// and §10): a caller needs any one of the listed roles. A toolsvc method
+// methodRoles is the one table of which roles may call which RPC (docs/auth.md#roles-and-ownership): a caller needs any one of the listed roles. A toolsvc method
 // missing from it is refused to everyone, so a new RPC is closed until it is
 // listed here (a test checks that every registered method is).
 //

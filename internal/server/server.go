@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/stats"
+	"google.golang.org/protobuf/proto"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 	"github.com/toolsvc/toolsvc/internal/auth"
@@ -387,7 +388,7 @@ func (s *Server) cancelOverdue(ctx context.Context, req any, info *grpc.UnarySer
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(s.overdue, cancel)()
+	defer context.AfterFunc(s.overdue, cancel)() //nolint:contextcheck // derived from ctx; the checker does not follow context.AfterFunc
 	return handler(ctx, req)
 }
 
@@ -408,6 +409,15 @@ func principalFrom(ctx context.Context) (*auth.Principal, error) {
 	return p, nil
 }
 
+// requestPrincipal is how a handler starts: the request's text fields are
+// checked (CheckRequestText), then the caller is read from the context.
+func requestPrincipal(ctx context.Context, req proto.Message) (*auth.Principal, error) {
+	if err := CheckRequestText(req); err != nil {
+		return nil, err
+	}
+	return principalFrom(ctx)
+}
+
 // streamGroup holds the open watch streams: it bounds their number, on the
 // server and per principal, and ends them when the server starts draining.
 type streamGroup struct {
@@ -425,8 +435,8 @@ type streamGroup struct {
 // reconnect loop not to hammer the server.
 const watchRetry = 10 * time.Second
 
-func newStreamGroup(max, perPrincipal int) *streamGroup {
-	g := &streamGroup{max: max, perPrincipal: perPrincipal, byPrincipal: map[string]int{}}
+func newStreamGroup(limit, perPrincipal int) *streamGroup {
+	g := &streamGroup{max: limit, perPrincipal: perPrincipal, byPrincipal: map[string]int{}}
 	g.draining, g.close = context.WithCancel(context.Background())
 	return g
 }

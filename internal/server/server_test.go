@@ -569,7 +569,7 @@ func TestShutdownEndsWatchStreams(t *testing.T) {
 }
 
 // Refusals by the principal interceptor are audited before they are
-// answered, like every other refusal of the pipeline (DESIGN §2 step 1).
+// answered, like every other refusal of the pipeline (docs/pipeline.md: every refusal is audited).
 func TestAuthRefusalsAreAudited(t *testing.T) {
 	h := start(t, harnessOptions{principals: []*auth.Principal{
 		{ID: "ops", Roles: []auth.Role{auth.RoleOperator}},

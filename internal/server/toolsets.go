@@ -70,10 +70,7 @@ func (s *registryServer) RegisterToolset(ctx context.Context, req *toolsvcv1.Reg
 
 // GetToolset returns one toolset, as the caller may see it.
 func (s *registryServer) GetToolset(ctx context.Context, req *toolsvcv1.GetToolsetRequest) (*toolsvcv1.GetToolsetResponse, error) {
-	if err := checkText(req, "invalid request"); err != nil {
-		return nil, err
-	}
-	p, err := principalFrom(ctx)
+	p, err := requestPrincipal(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -95,10 +92,7 @@ func (s *registryServer) GetToolset(ctx context.Context, req *toolsvcv1.GetTools
 
 // ListToolsets returns a page of the toolsets the caller may see.
 func (s *registryServer) ListToolsets(ctx context.Context, req *toolsvcv1.ListToolsetsRequest) (*toolsvcv1.ListToolsetsResponse, error) {
-	if err := checkText(req, "invalid request"); err != nil {
-		return nil, err
-	}
-	p, err := principalFrom(ctx)
+	p, err := requestPrincipal(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -132,10 +126,7 @@ func (s *registryServer) ListToolsets(ctx context.Context, req *toolsvcv1.ListTo
 
 // DeregisterToolset removes a toolset.
 func (s *registryServer) DeregisterToolset(ctx context.Context, req *toolsvcv1.DeregisterToolsetRequest) (*toolsvcv1.DeregisterToolsetResponse, error) {
-	if err := checkText(req, "invalid request"); err != nil {
-		return nil, err
-	}
-	p, err := principalFrom(ctx)
+	p, err := requestPrincipal(ctx, req)
 	if err != nil {
 		return nil, err
 	}

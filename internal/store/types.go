@@ -20,13 +20,20 @@ type (
 	ReadBeforeWrite      = toolkit.ReadBeforeWrite
 )
 
-// ProviderType says how a tool is executed.
+// ProviderType says how a tool is executed (provider_type on the wire and
+// in stored rows).
 type ProviderType string
 
 // Provider types.
 const (
-	ProviderNative ProviderType = "native"
-	ProviderMCP    ProviderType = "mcp"
+	// ProviderInProcess: toolsvc executes the tool in its own process,
+	// either through a native provider (Go code compiled into the binary)
+	// or as an HTTP connector (toolsvc calls the API itself). Its wire and
+	// stored value is "native" (PROVIDER_TYPE_NATIVE), kept for
+	// compatibility: an HTTP connector is in process but not native code.
+	ProviderInProcess ProviderType = "native"
+	// ProviderMCP: an MCP server executes the tool.
+	ProviderMCP ProviderType = "mcp"
 )
 
 // ToolSource says where a tool's definition came from.
@@ -41,9 +48,13 @@ const (
 
 // Tool is a registered tool.
 type Tool struct {
-	Name            string        `json:"name"`
-	Description     string        `json:"description"`
-	ConnectorID     string        `json:"connector_id"`
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// ProviderID is the id of what serves the tool: a native provider's id
+	// (tools.Provider.ID, e.g. "demo"), or the tool's own name for a tool
+	// declared as a connector. Named connector_id on the wire and in
+	// stored rows.
+	ProviderID      string        `json:"connector_id"`
 	ProviderType    ProviderType  `json:"provider_type"`
 	Capabilities    []string      `json:"capabilities,omitempty"`
 	RequiredScopes  []string      `json:"required_scopes,omitempty"`
@@ -57,8 +68,9 @@ type Tool struct {
 	AuditPayloads   bool          `json:"audit_payloads,omitempty"`
 	// Guidance is model-facing Markdown for every action of the tool.
 	Guidance string `json:"guidance,omitempty"`
-	// Connector is set for a tool declared as a connector (an MCP server or
-	// an HTTP API, named by the tool): its actions derive from it.
+	// Connector is the connector definition of a tool declared as a
+	// connector (an MCP server or an HTTP API, named by the tool): its
+	// actions derive from it. Nil for a tool served by a native provider.
 	Connector *connector.Spec `json:"connector,omitempty"`
 
 	// Incarnation identifies the tool as created: a new random id for each

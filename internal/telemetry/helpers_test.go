@@ -153,7 +153,7 @@ func spanNames(spans tracetest.SpanStubs) []string {
 func attr(s tracetest.SpanStub, key attribute.Key) (string, bool) {
 	for _, kv := range s.Attributes {
 		if kv.Key == key {
-			return kv.Value.Emit(), true
+			return kv.Value.String(), true
 		}
 	}
 	return "", false
@@ -180,22 +180,22 @@ func noCanary(t *testing.T, spans tracetest.SpanStubs, canary string) {
 		var texts []string
 		texts = append(texts, s.Name, s.Status.Description)
 		for _, kv := range s.Attributes {
-			texts = append(texts, string(kv.Key), kv.Value.Emit())
+			texts = append(texts, string(kv.Key), kv.Value.String())
 		}
 		for _, ev := range s.Events {
 			texts = append(texts, ev.Name)
 			for _, kv := range ev.Attributes {
-				texts = append(texts, string(kv.Key), kv.Value.Emit())
+				texts = append(texts, string(kv.Key), kv.Value.String())
 			}
 		}
 		for _, l := range s.Links {
 			for _, kv := range l.Attributes {
-				texts = append(texts, kv.Value.Emit())
+				texts = append(texts, kv.Value.String())
 			}
 		}
 		if s.Resource != nil {
 			for _, kv := range s.Resource.Attributes() {
-				texts = append(texts, kv.Value.Emit())
+				texts = append(texts, kv.Value.String())
 			}
 		}
 		for _, text := range texts {

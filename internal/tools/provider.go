@@ -1,6 +1,14 @@
-// Package tools connects registered tools to the code that executes them:
-// a Provider per connector binds a stored tool definition to an executable
-// toolkit.Tool. Native providers serve Go tools compiled into the binary.
+// Package tools connects registered tools to the code that executes them.
+// Two kinds of code do:
+//
+//   - a Provider serves the tools of one provider id (store.Tool.ProviderID,
+//     connector_id on the wire): a native provider (package native) serves
+//     Go tools compiled into the binary;
+//   - the ConnectorHost (package connhost) runs the tools declared as
+//     connectors (store.Tool.Connector, a definition of package connector):
+//     an MCP server or an HTTP API.
+//
+// Both bind a stored tool definition to an executable toolkit.Tool.
 package tools
 
 import (
@@ -11,12 +19,12 @@ import (
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
-// Provider serves the tools of one connector.
+// Provider serves the tools of one provider id.
 type Provider interface {
-	// ConnectorID is the connector this provider serves (Tool.ConnectorID).
-	ConnectorID() string
+	// ID is the provider id this provider serves (store.Tool.ProviderID).
+	ID() string
 	// Bind returns the executable tool for a registered definition, or an
-	// error saying why this connector cannot serve it (unknown tool, an
+	// error saying why this provider cannot serve it (unknown tool, an
 	// action the implementation does not have). Called at registration
 	// (to refuse what cannot run) and whenever the registry cache loads a tool.
 	Bind(def *store.Tool) (toolkit.Tool, error)
@@ -25,10 +33,10 @@ type Provider interface {
 	Builtin() []*store.Tool
 }
 
-// Connectors serves the tools declared as connectors (store.Tool.Connector
+// ConnectorHost runs the tools declared as connectors (store.Tool.Connector
 // set): their implementations are built from their definitions — an HTTP
 // API's declared actions, an MCP server's session — not compiled in.
-type Connectors interface {
+type ConnectorHost interface {
 	// Bind returns the executable tool for a connector definition, or an
 	// error saying why the definition cannot be served. It must be cheap and
 	// free of I/O: it is called at registration and whenever the registry

@@ -30,9 +30,11 @@ type ProviderType int32
 const (
 	// Not set; treated as NATIVE when registering.
 	ProviderType_PROVIDER_TYPE_UNSPECIFIED ProviderType = 0
-	// A Go adapter compiled into the toolsvc binary.
+	// Executed by toolsvc in its own process: a tool of a native provider (Go
+	// code compiled into the binary), or an HTTP connector, which toolsvc
+	// calls itself. The value keeps its name for compatibility.
 	ProviderType_PROVIDER_TYPE_NATIVE ProviderType = 1
-	// A tool served by an MCP server.
+	// Executed by an MCP server (a connector of type MCP).
 	ProviderType_PROVIDER_TYPE_MCP ProviderType = 2
 )
 
@@ -310,15 +312,19 @@ func (ExportFormat) EnumDescriptor() ([]byte, []int) {
 	return file_toolsvc_v1_registry_proto_rawDescGZIP(), []int{4}
 }
 
-// Tool is a registered, named capability of a connector.
+// Tool is a registered, named capability, served by a native provider or
+// declared as a connector (an MCP server or an HTTP API).
 type Tool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Unique name, matching ^[a-z0-9_-]{1,64}$.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Model-facing summary: 1-200 ASCII characters after trimming.
 	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
-	// The connector that serves the tool (for native tools, the adapter that
-	// implements it, e.g. "demo").
+	// The provider id: what serves the tool. For a tool of a native provider
+	// (Go code compiled into the build), the provider's id, e.g. "demo"; for a
+	// tool declared as a connector (see connector), the tool's own name. The
+	// field keeps its name for compatibility: it does not name a connector
+	// definition.
 	ConnectorId string `protobuf:"bytes,3,opt,name=connector_id,json=connectorId,proto3" json:"connector_id,omitempty"`
 	// How the tool is executed.
 	ProviderType ProviderType `protobuf:"varint,4,opt,name=provider_type,json=providerType,proto3,enum=toolsvc.v1.ProviderType" json:"provider_type,omitempty"`

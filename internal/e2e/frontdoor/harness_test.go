@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -247,7 +246,7 @@ func startServer(t *testing.T, o serverOptions) *server {
 		}
 	})
 	scheme := "http"
-	var creds credentials.TransportCredentials = insecure.NewCredentials()
+	creds := insecure.NewCredentials()
 	if o.pki != nil {
 		scheme = "https"
 		creds = credentials.NewTLS(o.pki.clientTLS(nil))
@@ -567,14 +566,4 @@ func newToken(t *testing.T) (string, string) {
 		t.Fatal(err)
 	}
 	return tok, h.String()
-}
-
-// jsonOf is v as compact JSON.
-func jsonOf(t *testing.T, v any) string {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }

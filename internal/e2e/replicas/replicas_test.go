@@ -24,7 +24,7 @@ import (
 )
 
 // propagation is how soon a change made on one replica must be seen by the
-// other (DESIGN §2: the registry cache is invalidated across replicas).
+// other (docs/pipeline.md#the-registry-cache).
 const propagation = time.Second
 
 // twoReplicas starts two replicas on one Postgres database serving gs.

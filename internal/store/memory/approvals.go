@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -31,7 +32,7 @@ func (s *Store) ListApprovals(ctx context.Context, p store.ListApprovalsParams) 
 	var out []*store.Approval
 	total := 0
 	err := s.read(ctx, func(st *state) error {
-		ids := sortedKeys(st.approvals)
+		ids := slices.Sorted(maps.Keys(st.approvals))
 		slices.Reverse(ids)
 		for _, id := range ids {
 			a := st.approvals[id]

@@ -44,49 +44,6 @@ func cloneRaw(raw json.RawMessage) json.RawMessage {
 	return slices.Clone(raw)
 }
 
-func cloneTool(t *store.Tool) *store.Tool {
-	c := *t
-	c.Capabilities = slices.Clone(t.Capabilities)
-	c.RequiredScopes = slices.Clone(t.RequiredScopes)
-	if t.Actions != nil {
-		c.Actions = make([]store.Action, len(t.Actions))
-		for i, a := range t.Actions {
-			a.InputSchema = cloneRaw(a.InputSchema)
-			a.OutputSchema = cloneRaw(a.OutputSchema)
-			if a.Examples != nil {
-				ex := make([]store.Example, len(a.Examples))
-				for j, e := range a.Examples {
-					e.Input = cloneRaw(e.Input)
-					e.Output = cloneRaw(e.Output)
-					ex[j] = e
-				}
-				a.Examples = ex
-			}
-			c.Actions[i] = a
-		}
-	}
-	if t.Policies != nil {
-		c.Policies = make([]store.Policy, len(t.Policies))
-		for i, p := range t.Policies {
-			if p.SequentialDependency != nil {
-				sd := *p.SequentialDependency
-				sd.Requires = slices.Clone(sd.Requires)
-				p.SequentialDependency = &sd
-			}
-			if p.ReadBeforeWrite != nil {
-				rbw := *p.ReadBeforeWrite
-				rbw.ReadActions = slices.Clone(rbw.ReadActions)
-				rbw.WriteActions = slices.Clone(rbw.WriteActions)
-				rbw.CreateActions = slices.Clone(rbw.CreateActions)
-				p.ReadBeforeWrite = &rbw
-			}
-			c.Policies[i] = p
-		}
-	}
-	c.Connector = t.Connector.Clone()
-	return &c
-}
-
 // importTool copies a caller's tool into the store, checking its JSON.
 func importTool(t *store.Tool) (*store.Tool, error) {
 	if t == nil {
@@ -95,7 +52,7 @@ func importTool(t *store.Tool) (*store.Tool, error) {
 	if t.Name == "" {
 		return nil, fmt.Errorf("tool name is required: %w", store.ErrInvalid)
 	}
-	c := cloneTool(t)
+	c := t.Clone()
 	// Documents are stored compacted, keys and characters as given: what
 	// Postgres keeps of them.
 	for i := range c.Actions {

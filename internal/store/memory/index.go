@@ -29,8 +29,6 @@ type timeIndex[K cmp.Ordered] struct {
 	h []timed[K]
 }
 
-func (x *timeIndex[K]) len() int { return len(x.h) }
-
 func (x *timeIndex[K]) push(at int64, key K) {
 	x.h = append(x.h, timed[K]{at, key})
 	x.up(len(x.h) - 1)

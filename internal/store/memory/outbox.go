@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -213,7 +214,7 @@ func (s *Store) ListDeliveries(ctx context.Context, p store.ListDeliveriesParams
 	var out []*store.Delivery
 	err := s.read(ctx, func(st *state) error {
 		st.ob.init()
-		ids := sortedKeys(st.ob.deliveries)
+		ids := slices.Sorted(maps.Keys(st.ob.deliveries))
 		slices.Reverse(ids)
 		for _, id := range ids {
 			d := st.ob.deliveries[id]
@@ -254,7 +255,7 @@ func (s *Store) DeleteFinishedDeliveries(ctx context.Context, before time.Time, 
 	err := s.write(ctx, func(t *tx) error {
 		st := t.st
 		st.ob.init()
-		for _, id := range sortedKeys(st.ob.deliveries) {
+		for _, id := range slices.Sorted(maps.Keys(st.ob.deliveries)) {
 			if limit > 0 && n == limit {
 				break
 			}

@@ -3,8 +3,8 @@ package memory
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
-	"strings"
 
 	"github.com/toolsvc/toolsvc/internal/store"
 )
@@ -37,7 +37,7 @@ func (s *Store) CreateTool(ctx context.Context, p store.CreateToolParams) (*stor
 		tx.st.health[t.Name] = &store.ToolHealth{Tool: t.Name, Status: store.HealthHealthy, UpdatedAt: now}
 		tx.st.appendEvents(events)
 		tx.notify(store.TopicTools, t.Name)
-		out = cloneTool(t)
+		out = t.Clone()
 		return nil
 	})
 	return out, err
@@ -75,7 +75,7 @@ func (s *Store) UpdateTool(ctx context.Context, p store.UpdateToolParams) (*stor
 		tx.st.tools[t.Name] = t
 		tx.st.appendEvents(events)
 		tx.notify(store.TopicTools, t.Name)
-		out = cloneTool(t)
+		out = t.Clone()
 		return nil
 	})
 	return out, err
@@ -103,7 +103,7 @@ func (s *Store) DeleteTool(ctx context.Context, p store.DeleteToolParams) (*stor
 		all := slices.Clone(events)
 		var approvals []*store.Approval
 		var approvalEvents [][]*store.AuditEvent
-		for _, id := range sortedKeys(st.approvals) {
+		for _, id := range slices.Sorted(maps.Keys(st.approvals)) {
 			a := st.approvals[id]
 			if a.Tool != p.Name || (a.State != store.ApprovalPending && a.State != store.ApprovalApproved) {
 				continue
@@ -121,7 +121,7 @@ func (s *Store) DeleteTool(ctx context.Context, p store.DeleteToolParams) (*stor
 		}
 		var previews []*store.Preview
 		var previewEvents [][]*store.AuditEvent
-		for _, token := range sortedKeys(st.previews) {
+		for _, token := range slices.Sorted(maps.Keys(st.previews)) {
 			pv := st.previews[token]
 			if pv.Tool != p.Name || pv.State != store.PreviewPending {
 				continue
@@ -179,7 +179,7 @@ func (s *Store) GetTool(ctx context.Context, name string) (*store.Tool, error) {
 		if !ok {
 			return fmt.Errorf("tool %q: %w", name, store.ErrNotFound)
 		}
-		out = cloneTool(t)
+		out = t.Clone()
 		return nil
 	})
 	return out, err
@@ -192,12 +192,12 @@ func (s *Store) ListTools(ctx context.Context, p store.ListToolsParams) ([]*stor
 	}
 	var out []*store.Tool
 	err := s.read(ctx, func(st *state) error {
-		for _, name := range sortedKeys(st.tools) {
+		for _, name := range slices.Sorted(maps.Keys(st.tools)) {
 			t := st.tools[name]
 			if name <= p.After || (p.Source != "" && t.Source != p.Source) {
 				continue
 			}
-			out = append(out, cloneTool(t))
+			out = append(out, t.Clone())
 			if p.Limit > 0 && len(out) == p.Limit {
 				break
 			}
@@ -228,7 +228,7 @@ func (s *Store) ListToolHealth(ctx context.Context, p store.ListToolHealthParams
 	}
 	var out []*store.ToolHealth
 	err := s.read(ctx, func(st *state) error {
-		for _, name := range sortedKeys(st.health) {
+		for _, name := range slices.Sorted(maps.Keys(st.health)) {
 			h := st.health[name]
 			if name <= p.After || (p.Status != "" && h.Status != p.Status) {
 				continue
@@ -310,13 +310,4 @@ func (a *healthApply) commit(tx *tx) {
 	if a.notify {
 		tx.notify(store.TopicHealth, a.health.Tool)
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, strings.Compare)
-	return keys
 }

@@ -3,23 +3,17 @@ package memory
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/toolsvc/toolsvc/internal/store"
 )
 
-// cloneToolset returns a deep copy of t.
-func cloneToolset(t *store.Toolset) *store.Toolset {
-	c := *t
-	c.Tools = slices.Clone(t.Tools)
-	return &c
-}
-
 func importToolset(t *store.Toolset) (*store.Toolset, error) {
 	if t == nil || t.Name == "" {
 		return nil, fmt.Errorf("a toolset needs a name: %w", store.ErrInvalid)
 	}
-	return cloneToolset(t), nil
+	return t.Clone(), nil
 }
 
 // CreateToolset implements store.ToolsetStore.
@@ -46,7 +40,7 @@ func (s *Store) CreateToolset(ctx context.Context, p store.CreateToolsetParams) 
 		tx.st.toolsets[ts.Name] = ts
 		tx.st.appendEvents(events)
 		tx.notify(store.TopicToolsets, ts.Name)
-		out = cloneToolset(ts)
+		out = ts.Clone()
 		return nil
 	})
 	return out, err
@@ -83,7 +77,7 @@ func (s *Store) UpdateToolset(ctx context.Context, p store.UpdateToolsetParams) 
 		tx.st.toolsets[ts.Name] = ts
 		tx.st.appendEvents(events)
 		tx.notify(store.TopicToolsets, ts.Name)
-		out = cloneToolset(ts)
+		out = ts.Clone()
 		return nil
 	})
 	return out, err
@@ -124,7 +118,7 @@ func (s *Store) GetToolset(ctx context.Context, name string) (*store.Toolset, er
 		if !ok {
 			return fmt.Errorf("toolset %q: %w", name, store.ErrNotFound)
 		}
-		out = cloneToolset(ts)
+		out = ts.Clone()
 		return nil
 	})
 	return out, err
@@ -137,12 +131,12 @@ func (s *Store) ListToolsets(ctx context.Context, p store.ListToolsetsParams) ([
 	}
 	var out []*store.Toolset
 	err := s.read(ctx, func(st *state) error {
-		for _, name := range sortedKeys(st.toolsets) {
+		for _, name := range slices.Sorted(maps.Keys(st.toolsets)) {
 			ts := st.toolsets[name]
 			if name <= p.After || (p.Source != "" && ts.Source != p.Source) {
 				continue
 			}
-			out = append(out, cloneToolset(ts))
+			out = append(out, ts.Clone())
 			if p.Limit > 0 && len(out) == p.Limit {
 				break
 			}

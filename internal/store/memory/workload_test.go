@@ -21,10 +21,9 @@ import (
 // new key: a claim carrying tool_call.attempted, then the outcome carrying
 // tool_call.succeeded, its result and a task history entry.
 type workload struct {
-	st    store.Store
-	base  time.Time
-	seq   atomic.Int64
-	fails atomic.Int64
+	st   store.Store
+	base time.Time
+	seq  atomic.Int64
 }
 
 func newWorkload(st store.Store) *workload {

@@ -91,7 +91,9 @@ func (g *committer) do(ctx context.Context, st *groupStmt) error {
 	g.waiting = true
 	g.mu.Unlock()
 	if start {
-		go g.flush()
+		// The flush serves every queued caller, not this one: it must not
+		// end with this caller's context (each statement keeps its own).
+		go g.flush() //nolint:gosec,contextcheck // G118: see above
 	}
 	select {
 	case <-st.done:

@@ -84,7 +84,7 @@ func newListener(cfg *pgx.ConnConfig) *listener {
 }
 
 func (l *listener) subscribe(ctx context.Context) (<-chan store.Notification, error) {
-	ready, err := l.start()
+	ready, err := l.start() //nolint:contextcheck // the listener outlives the first subscriber
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +180,7 @@ func (l *listener) run(ctx context.Context, ready *readiness) {
 		}
 		l.receive(ctx, conn)
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = conn.Close(cctx)
+		_ = conn.Close(cctx) //nolint:contextcheck // closing after ctx is done needs a context of its own
 		cancel()
 		if ctx.Err() != nil {
 			return

@@ -36,7 +36,7 @@ func openReplicas(t *testing.T, n int) []*postgres.Store {
 
 func testTool(name string) *store.Tool {
 	return &store.Tool{
-		Name: name, Description: "test tool " + name, ConnectorID: "c", ProviderType: store.ProviderNative,
+		Name: name, Description: "test tool " + name, ProviderID: "c", ProviderType: store.ProviderInProcess,
 		DefaultRisk: toolkit.RiskLow, Actions: []store.Action{{Name: "run", Description: "run it"}},
 		Source: store.SourceAPI, Incarnation: "inc-" + name,
 	}

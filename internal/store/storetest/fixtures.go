@@ -21,8 +21,8 @@ func newTool(name string) *store.Tool {
 	return &store.Tool{
 		Name:           name,
 		Description:    "Reads and writes files for " + name,
-		ConnectorID:    "conn-files",
-		ProviderType:   store.ProviderNative,
+		ProviderID:     "conn-files",
+		ProviderType:   store.ProviderInProcess,
 		Capabilities:   []string{"read", "write"},
 		RequiredScopes: []string{"files:read", "files:write"},
 		DefaultRisk:    toolkit.RiskMedium,

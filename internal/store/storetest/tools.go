@@ -519,7 +519,7 @@ func testToolConnector(t *testing.T, s store.Store) {
 	ctx := t.Context()
 	yes, no := true, false
 	in := newTool("files")
-	in.ConnectorID, in.ProviderType = "files", store.ProviderMCP
+	in.ProviderID, in.ProviderType = "files", store.ProviderMCP
 	in.Connector = &connector.Spec{
 		Type: connector.TypeMCP, Transport: connector.TransportStdio, Command: []string{"node", "server.js"},
 		Env: map[string]secrets.Value{

@@ -22,8 +22,8 @@ import (
 	"github.com/toolsvc/toolsvc/toolkit"
 )
 
-// ConnectorID is the connector id the demo tools are served under.
-const ConnectorID = "demo"
+// ProviderID is the provider id the demo tools are served under.
+const ProviderID = "demo"
 
 // Tools returns fresh instances of every demo tool: echo, clock, notes,
 // pipeline, flaky and release.
@@ -31,9 +31,9 @@ func Tools() []toolkit.Tool {
 	return []toolkit.Tool{NewEcho(), NewClock(), NewNotes(), NewPipeline(), NewFlaky(), NewRelease()}
 }
 
-// NewProvider serves fresh demo tools under the connector id "demo".
+// NewProvider serves fresh demo tools under the provider id "demo".
 func NewProvider() *native.Provider {
-	p, err := native.NewProvider(ConnectorID, Tools()...)
+	p, err := native.NewProvider(ProviderID, Tools()...)
 	if err != nil {
 		// The demo definitions are constants checked by the package's tests;
 		// an error here is a programming error in this package.

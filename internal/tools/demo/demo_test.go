@@ -72,8 +72,8 @@ func fail(t *testing.T, tool toolkit.Tool, action, args, wantMsg string) *toolki
 
 func TestProviderServesEveryDemoTool(t *testing.T) {
 	p := NewProvider()
-	if p.ConnectorID() != "demo" {
-		t.Fatalf("ConnectorID() = %q", p.ConnectorID())
+	if p.ID() != "demo" {
+		t.Fatalf("ProviderID() = %q", p.ID())
 	}
 	defs := p.Builtin()
 	want := []struct {

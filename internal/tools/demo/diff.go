@@ -31,11 +31,11 @@ type edit struct {
 // lineDiff returns a unified-style diff from old to new ("" if they are
 // equal) and how many lines it adds and removes. An empty oldName or newName
 // stands for a note that does not exist (/dev/null in the header).
-func lineDiff(oldName, newName, old, new string) (diff string, added, removed int) {
-	if old == new {
+func lineDiff(oldName, newName, oldText, newText string) (diff string, added, removed int) {
+	if oldText == newText {
 		return "", 0, 0
 	}
-	edits := diffLines(splitLines(old), splitLines(new))
+	edits := diffLines(splitLines(oldText), splitLines(newText))
 	for _, e := range edits {
 		switch e.kind {
 		case editInsert:

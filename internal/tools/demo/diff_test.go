@@ -67,8 +67,8 @@ func TestLineDiff(t *testing.T) {
 
 func TestLineDiffStaysSmall(t *testing.T) {
 	old := lines(1, 300, nil)
-	new := strings.ReplaceAll(old, "\n", "!\n")
-	got, added, removed := lineDiff("/a", "/a", old, new)
+	changed := strings.ReplaceAll(old, "\n", "!\n")
+	got, added, removed := lineDiff("/a", "/a", old, changed)
 	if added != 300 || removed != 300 {
 		t.Fatalf("counts +%d -%d, want +300 -300", added, removed)
 	}

@@ -1,6 +1,6 @@
-// Package httpconn is the HTTP connector: a native tool that calls a JSON
-// HTTP API declared by a connector definition (connector.Spec of type
-// http): per action a method, a path template filled from the arguments
+// Package httpconn is the HTTP connector: an in-process tool (toolkit.Tool,
+// run by the connector host) that calls a JSON HTTP API declared by a
+// connector definition (connector.Spec of type http): per action a method, a path template filled from the arguments
 // (each value escaped into its segment, so that "../", "@", "#" and "?"
 // cannot change the target), and the arguments that go in the query and in
 // the JSON body. Credentials come from the secrets store right before each
@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -218,7 +219,7 @@ func (t *Tool) build(a *action, raw json.RawMessage, resolve resolver, scrub *se
 	// Arguments not placed by the definition go in the body of the methods
 	// that usually carry one, in the query of the others.
 	bodyMethod := a.decl.Method == http.MethodPost || a.decl.Method == http.MethodPut || a.decl.Method == http.MethodPatch
-	for _, name := range sortedKeys(args) {
+	for _, name := range slices.Sorted(maps.Keys(args)) {
 		v := args[name]
 		switch {
 		case a.path[name]:
@@ -257,7 +258,7 @@ func (t *Tool) build(a *action, raw json.RawMessage, resolve resolver, scrub *se
 	header := http.Header{}
 	header.Set("Accept", "application/json")
 	header.Set("User-Agent", userAgent)
-	for _, k := range sortedKeys(t.spec.Headers) {
+	for _, k := range slices.Sorted(maps.Keys(t.spec.Headers)) {
 		v, err := resolve(t.spec.Headers[k])
 		if err != nil {
 			return nil, err
@@ -353,15 +354,6 @@ func (t *Tool) auth(header http.Header, query, shown url.Values, resolve resolve
 		shown.Set(a.Query.Name, secrets.Redacted)
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // scalar renders a JSON scalar for a path or query.

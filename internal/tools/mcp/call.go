@@ -40,7 +40,7 @@ func (c *Connector) Call(ctx context.Context, serverToolName string, args json.R
 	// Close ends calls in flight instead of waiting for them.
 	ctx, abort := context.WithCancelCause(ctx)
 	defer abort(nil)
-	stop := context.AfterFunc(c.closeCtx, func() { abort(ErrClosed) })
+	stop := context.AfterFunc(c.closeCtx, func() { abort(ErrClosed) }) //nolint:contextcheck // derived from ctx; the checker does not follow context.AfterFunc
 	defer stop()
 
 	for attempt := 0; ; attempt++ {

@@ -1,4 +1,4 @@
-// Package mcp is toolsvc's client for MCP servers (DESIGN §9), built on the
+// Package mcp is toolsvc's client for MCP servers (docs/connectors.md#mcp-connectors), built on the
 // official Go SDK. A Connector holds one long-lived session with one server,
 // over stdio (toolsvc starts the server process) or streamable HTTP, shared
 // by every concurrent call. It discovers the server's tools (tools/list, all
@@ -42,6 +42,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -49,7 +50,6 @@ import (
 	"os/exec"
 	"runtime/debug"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -359,7 +359,7 @@ func (c *Connector) session(ctx context.Context) (*session, error) {
 				c.mu.Lock()
 				continue
 			}
-			c.dialLocked()
+			c.dialLocked() //nolint:contextcheck // a session outlives the call that dialled it
 		}
 		waited = true // the one attempt a caller waits for
 		ch := c.dialing
@@ -465,7 +465,7 @@ func (c *Connector) dial() {
 // up to maxBackoff, with jitter so that replicas do not retry in step.
 func backoff(failures int) time.Duration {
 	d := min(minBackoff<<min(failures-1, 16), maxBackoff)
-	return d/2 + rand.N(d/2+1)
+	return d/2 + rand.N(d/2+1) //nolint:gosec // G404: jitter, not a secret
 }
 
 // lost handles the end of a session: it stops being the session calls use,
@@ -552,12 +552,12 @@ func (s *session) close(ss *scrubbers) {
 }
 
 // text makes upstream text safe: scrubbed of s's secrets (s may be nil) and
-// of every open connection's, valid UTF-8, at most max bytes.
-func (c *Connector) text(s *session, t string, max int) string {
+// of every open connection's, valid UTF-8, at most limit bytes.
+func (c *Connector) text(s *session, t string, limit int) string {
 	if s != nil {
 		t = s.scrub.scrub(t)
 	}
-	return c.ss.text(t, max)
+	return c.ss.text(t, limit)
 }
 
 // open starts a session over the configured transport.
@@ -577,7 +577,7 @@ func (c *Connector) sessionOptions() *sdk.ClientSessionOptions {
 func (c *Connector) resolve(ctx context.Context, what string, vs map[string]secrets.Value) (map[string]secrets.Secret, []string, error) {
 	out := make(map[string]secrets.Secret, len(vs))
 	var hidden []string
-	for _, k := range sortedKeys(vs) {
+	for _, k := range slices.Sorted(maps.Keys(vs)) {
 		v := vs[k]
 		s, err := v.Resolve(ctx, c.store, c.cfg.ID)
 		if err != nil {
@@ -590,15 +590,6 @@ func (c *Connector) resolve(ctx context.Context, what string, vs map[string]secr
 		}
 	}
 	return out, hidden, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // openStdio starts the server process and opens a session over its stdio.
@@ -627,7 +618,9 @@ func (c *Connector) openStdio(ctx context.Context) (*session, error) {
 	if c.cfg.Path != "" {
 		program = c.cfg.Path
 	}
-	s.cmd = exec.Command(program, c.cfg.Command[1:]...)
+	// The program is the connector's command, allowed by the trust rules
+	// (docs/connectors.md#threat-model); no shell reads it.
+	s.cmd = exec.Command(program, c.cfg.Command[1:]...) //nolint:gosec // G204: see above
 	s.cmd.Args[0] = c.cfg.Command[0]
 	s.cmd.Env = processEnv(env)
 	s.cmd.Dir = c.cfg.Dir
@@ -679,7 +672,7 @@ func (c *Connector) openHTTP(ctx context.Context) (*session, error) {
 		// needed to hear of tool list changes again.
 		onListenEnd: func() { c.abandonAsync(s, errors.New("the server closed the notification stream")) },
 	}
-	for _, k := range sortedKeys(hs) {
+	for _, k := range slices.Sorted(maps.Keys(hs)) {
 		s.rt.headers = append(s.rt.headers, header{name: k, value: hs[k]})
 	}
 	transport := &sdk.StreamableClientTransport{
@@ -729,7 +722,7 @@ func processEnv(env map[string]secrets.Secret) []string {
 			out = append(out, k+"="+v)
 		}
 	}
-	for _, k := range sortedKeys(env) {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		out = append(out, k+"="+env[k].Reveal())
 	}
 	return out

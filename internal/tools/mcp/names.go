@@ -3,19 +3,17 @@ package mcp
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/toolsvc/toolsvc/internal/names"
 )
 
-// actionPattern is the registry's rule for action names.
-var actionPattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
-
 // maxAction is the longest action name the registry accepts.
-const maxAction = 64
+const maxAction = names.MaxLen
 
 // mapActions maps server tool names to action names that follow the
-// registry's rule ^[a-z0-9_-]{1,64}$, deterministically for a given set of
+// registry's rule (names.Pattern), deterministically for a given set of
 // names (whatever order the server lists them in):
 //
 //   - a name that already follows the rule is its own action name;
@@ -27,12 +25,12 @@ const maxAction = 64
 //     ("get_weather-1f0c2a9b"), longer digits if even that is taken.
 //
 // Names must be distinct; the result maps each to its action.
-func mapActions(names []string) map[string]string {
-	out := make(map[string]string, len(names))
-	taken := make(map[string]bool, len(names))
+func mapActions(serverNames []string) map[string]string {
+	out := make(map[string]string, len(serverNames))
+	taken := make(map[string]bool, len(serverNames))
 	var mapped []string
-	for _, n := range names {
-		if actionPattern.MatchString(n) {
+	for _, n := range serverNames {
+		if names.Valid(n) {
 			out[n], taken[n] = n, true
 		} else {
 			mapped = append(mapped, n)

@@ -55,12 +55,12 @@ var schemaMapKeywords = map[string]bool{
 }
 
 // checkSchema returns the input schema as JSON, or why it is refused: larger
-// than max bytes, not a JSON object, or holding a reference that does not
+// than limit bytes, not a JSON object, or holding a reference that does not
 // stay inside the document (anything but "#...") or a "$schema" no validator
 // has built in. A remote reference would make validation fetch a URL chosen
 // by the server, or fail at every call.
 // A nil schema stays nil (the action takes no arguments).
-func checkSchema(schema any, max int) (json.RawMessage, error) {
+func checkSchema(schema any, limit int) (json.RawMessage, error) {
 	if schema == nil {
 		return nil, nil
 	}
@@ -68,8 +68,8 @@ func checkSchema(schema any, max int) (json.RawMessage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errSchemaShape, err)
 	}
-	if len(raw) > max {
-		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", errSchemaTooLarge, len(raw), max)
+	if len(raw) > limit {
+		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", errSchemaTooLarge, len(raw), limit)
 	}
 	if !bytes.HasPrefix(raw, []byte("{")) {
 		return nil, errSchemaShape

@@ -77,10 +77,10 @@ func (ss *scrubbers) remove(s *scrubber) {
 }
 
 // text makes upstream text safe to return, store or log: valid UTF-8
-// without NUL, without secret values, at most max bytes. It scrubs before
+// without NUL, without secret values, at most limit bytes. It scrubs before
 // it cuts, so that a cut can never leave the start of a secret behind.
-func (ss *scrubbers) text(s string, max int) string {
-	return safetext.Bound(ss.scrub(safetext.Clean(s)), max)
+func (ss *scrubbers) text(s string, limit int) string {
+	return safetext.Bound(ss.scrub(safetext.Clean(s)), limit)
 }
 
 // scrub removes secret values from s.

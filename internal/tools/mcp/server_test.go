@@ -171,8 +171,10 @@ func newTestServer(o serverOptions) *sdk.Server {
 		return &sdk.CallToolResult{Content: text("added")}, nil
 	})
 	add("sample", nil, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-		_, err := req.Session.CreateMessage(ctx, &sdk.CreateMessageParams{MaxTokens: 10,
-			Messages: []*sdk.SamplingMessage{{Role: "user", Content: &sdk.TextContent{Text: "hi"}}}})
+		// A server that asks for sampling, which toolsvc's client refuses:
+		// deprecated in the protocol, still sent by servers.
+		_, err := req.Session.CreateMessage(ctx, &sdk.CreateMessageParams{MaxTokens: 10, //nolint:staticcheck // SA1019: see above
+			Messages: []*sdk.SamplingMessage{{Role: "user", Content: &sdk.TextContent{Text: "hi"}}}}) //nolint:staticcheck // SA1019: see above
 		if err != nil {
 			return &sdk.CallToolResult{IsError: true, Content: text("sampling refused: " + err.Error())}, nil
 		}

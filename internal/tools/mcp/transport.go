@@ -169,10 +169,10 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	method := rpcMethod(req)
-	tr := traceFrom(req.Context())
+	tr := traceFrom(req.Context()) //nolint:contextcheck // derived from the request's context
 	isCall := tr != nil && method == methodCallTool
 	if isCall {
-		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{ //nolint:contextcheck // derived from the request's context
 			WroteRequest: func(info httptrace.WroteRequestInfo) {
 				// A request whose body was not written whole cannot be
 				// processed by the server.

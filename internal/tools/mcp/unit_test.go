@@ -19,6 +19,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
+	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/secrets"
 )
 
@@ -79,15 +80,15 @@ func FuzzMapActions(f *testing.F) {
 	})
 }
 
-func checkActions(t *testing.T, names []string, got map[string]string) {
+func checkActions(t *testing.T, serverNames []string, got map[string]string) {
 	t.Helper()
 	seen := map[string]string{}
-	for _, n := range names {
+	for _, n := range serverNames {
 		a, ok := got[n]
-		if !ok || !actionPattern.MatchString(a) {
+		if !ok || !names.Valid(a) {
 			t.Fatalf("%q maps to invalid %q", n, a)
 		}
-		if actionPattern.MatchString(n) && a != n {
+		if names.Valid(n) && a != n {
 			t.Fatalf("valid name %q maps to %q", n, a)
 		}
 		if other, dup := seen[a]; dup {

@@ -1,15 +1,15 @@
 // Package native serves Go tools compiled into the binary (toolkit.Tool) as a
-// tools.Provider: one provider per connector id, binding registered
+// tools.Provider: one provider per provider id, binding registered
 // definitions to the implementations that execute them.
 package native
 
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"time"
 
+	"github.com/toolsvc/toolsvc/internal/names"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/tools"
 	"github.com/toolsvc/toolsvc/toolkit"
@@ -20,9 +20,6 @@ import (
 // the same before and after it is stored.
 const DefaultTimeout = 30 * time.Second
 
-// namePattern is the registry's rule for tool, action and connector names.
-var namePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
-
 // ErrUnknownTool is returned by Bind for a definition that names a tool the
 // provider does not have.
 var ErrUnknownTool = errors.New("unknown native tool")
@@ -31,11 +28,11 @@ var ErrUnknownTool = errors.New("unknown native tool")
 // the implementation does not have.
 var ErrUnknownAction = errors.New("unknown native action")
 
-// Provider serves a fixed set of native tools under one connector id. It is
+// Provider serves a fixed set of native tools under one provider id. It is
 // immutable after construction and safe for concurrent use.
 type Provider struct {
-	connectorID string
-	tools       map[string]toolkit.Tool
+	id    string
+	tools map[string]toolkit.Tool
 	// defs caches each tool's Definition, read once as the toolkit contract
 	// says (Definition must be constant).
 	defs  map[string]toolkit.Definition
@@ -44,39 +41,39 @@ type Provider struct {
 
 var _ tools.Provider = (*Provider)(nil)
 
-// NewProvider serves the given native tools under one connector id. Tool
+// NewProvider serves the given native tools under one provider id. Tool
 // definitions are checked (valid and unique tool names, at least one action,
 // valid and unique action names); an error names the problem.
-func NewProvider(connectorID string, ts ...toolkit.Tool) (*Provider, error) {
-	if !namePattern.MatchString(connectorID) {
-		return nil, fmt.Errorf("native provider: connector id %q must match %s", connectorID, namePattern)
+func NewProvider(id string, ts ...toolkit.Tool) (*Provider, error) {
+	if !names.Valid(id) {
+		return nil, fmt.Errorf("native provider: connector id %q must match %s", id, names.Pattern)
 	}
 	p := &Provider{
-		connectorID: connectorID,
-		tools:       make(map[string]toolkit.Tool, len(ts)),
-		defs:        make(map[string]toolkit.Definition, len(ts)),
+		id:    id,
+		tools: make(map[string]toolkit.Tool, len(ts)),
+		defs:  make(map[string]toolkit.Definition, len(ts)),
 	}
 	for i, t := range ts {
 		if t == nil {
-			return nil, fmt.Errorf("native provider %q: tool %d is nil", connectorID, i)
+			return nil, fmt.Errorf("native provider %q: tool %d is nil", id, i)
 		}
 		def := t.Definition()
-		if !namePattern.MatchString(def.Name) {
-			return nil, fmt.Errorf("native provider %q: tool %d: name %q must match %s", connectorID, i, def.Name, namePattern)
+		if !names.Valid(def.Name) {
+			return nil, fmt.Errorf("native provider %q: tool %d: name %q must match %s", id, i, def.Name, names.Pattern)
 		}
 		if _, dup := p.tools[def.Name]; dup {
-			return nil, fmt.Errorf("native provider %q: duplicate tool name %q", connectorID, def.Name)
+			return nil, fmt.Errorf("native provider %q: duplicate tool name %q", id, def.Name)
 		}
 		if len(def.Actions) == 0 {
-			return nil, fmt.Errorf("native provider %q: tool %q declares no actions", connectorID, def.Name)
+			return nil, fmt.Errorf("native provider %q: tool %q declares no actions", id, def.Name)
 		}
 		seen := make(map[string]bool, len(def.Actions))
 		for _, a := range def.Actions {
-			if !namePattern.MatchString(a.Name) {
-				return nil, fmt.Errorf("native provider %q: tool %q: action name %q must match %s", connectorID, def.Name, a.Name, namePattern)
+			if !names.Valid(a.Name) {
+				return nil, fmt.Errorf("native provider %q: tool %q: action name %q must match %s", id, def.Name, a.Name, names.Pattern)
 			}
 			if seen[a.Name] {
-				return nil, fmt.Errorf("native provider %q: tool %q: duplicate action name %q", connectorID, def.Name, a.Name)
+				return nil, fmt.Errorf("native provider %q: tool %q: duplicate action name %q", id, def.Name, a.Name)
 			}
 			seen[a.Name] = true
 		}
@@ -87,8 +84,8 @@ func NewProvider(connectorID string, ts ...toolkit.Tool) (*Provider, error) {
 	return p, nil
 }
 
-// ConnectorID is the connector this provider serves.
-func (p *Provider) ConnectorID() string { return p.connectorID }
+// ID is the provider id this provider serves (store.Tool.ProviderID).
+func (p *Provider) ID() string { return p.id }
 
 // Tool returns the implementation of the named tool. Tests use it to reach a
 // tool instance (for example to read its counters).
@@ -107,20 +104,20 @@ func (p *Provider) Bind(def *store.Tool) (toolkit.Tool, error) {
 	if def == nil {
 		return nil, errors.New("native provider: no definition to bind")
 	}
-	if def.ConnectorID != p.connectorID {
-		return nil, fmt.Errorf("native provider %q cannot serve a tool of connector %q", p.connectorID, def.ConnectorID)
+	if def.ProviderID != p.id {
+		return nil, fmt.Errorf("native provider %q cannot serve a tool of connector %q", p.id, def.ProviderID)
 	}
-	if def.ProviderType != "" && def.ProviderType != store.ProviderNative {
-		return nil, fmt.Errorf("native provider %q cannot serve a tool of provider type %q", p.connectorID, def.ProviderType)
+	if def.ProviderType != "" && def.ProviderType != store.ProviderInProcess {
+		return nil, fmt.Errorf("native provider %q cannot serve a tool of provider type %q", p.id, def.ProviderType)
 	}
 	impl, ok := p.tools[def.Name]
 	if !ok {
-		return nil, fmt.Errorf("connector %q has no tool %q (it has %v): %w", p.connectorID, def.Name, p.order, ErrUnknownTool)
+		return nil, fmt.Errorf("connector %q has no tool %q (it has %v): %w", p.id, def.Name, p.order, ErrUnknownTool)
 	}
 	declared := p.defs[def.Name].Actions
 	for _, a := range def.Actions {
 		if !slices.ContainsFunc(declared, func(d toolkit.Action) bool { return d.Name == a.Name }) {
-			return nil, fmt.Errorf("tool %q of connector %q has no action %q: %w", def.Name, p.connectorID, a.Name, ErrUnknownAction)
+			return nil, fmt.Errorf("tool %q of connector %q has no action %q: %w", def.Name, p.id, a.Name, ErrUnknownAction)
 		}
 	}
 	return impl, nil
@@ -132,20 +129,20 @@ func (p *Provider) Bind(def *store.Tool) (toolkit.Tool, error) {
 func (p *Provider) Builtin() []*store.Tool {
 	out := make([]*store.Tool, 0, len(p.order))
 	for _, name := range p.order {
-		out = append(out, toStoreTool(p.connectorID, p.defs[name], p.tools[name]))
+		out = append(out, toStoreTool(p.id, p.defs[name], p.tools[name]))
 	}
 	return out
 }
 
 // ToStoreTool converts a native tool's definition to a registry definition of
-// connector connectorID: provider type native, source builtin, SupportsPreview
+// connector id: provider type native, source builtin, SupportsPreview
 // when the tool implements toolkit.Previewer, Timeout DefaultTimeout if the
 // tool sets none. The result shares no memory with the tool's definition.
-func ToStoreTool(connectorID string, t toolkit.Tool) *store.Tool {
-	return toStoreTool(connectorID, t.Definition(), t)
+func ToStoreTool(id string, t toolkit.Tool) *store.Tool {
+	return toStoreTool(id, t.Definition(), t)
 }
 
-func toStoreTool(connectorID string, d toolkit.Definition, t toolkit.Tool) *store.Tool {
+func toStoreTool(id string, d toolkit.Definition, t toolkit.Tool) *store.Tool {
 	_, previews := t.(toolkit.Previewer)
 	timeout := d.Timeout
 	if timeout <= 0 {
@@ -154,60 +151,18 @@ func toStoreTool(connectorID string, d toolkit.Definition, t toolkit.Tool) *stor
 	return &store.Tool{
 		Name:            d.Name,
 		Description:     d.Description,
-		ConnectorID:     connectorID,
-		ProviderType:    store.ProviderNative,
+		ProviderID:      id,
+		ProviderType:    store.ProviderInProcess,
 		Capabilities:    slices.Clone(d.Capabilities),
 		RequiredScopes:  slices.Clone(d.RequiredScopes),
 		DefaultRisk:     d.DefaultRisk,
-		Actions:         cloneActions(d.Actions),
+		Actions:         store.CloneActions(d.Actions),
 		SupportsPreview: previews,
 		Timeout:         timeout,
 		ApprovalTTL:     d.ApprovalTTL,
-		Policies:        clonePolicies(d.Policies),
+		Policies:        store.ClonePolicies(d.Policies),
 		AuditPayloads:   d.AuditPayloads,
 		Guidance:        d.Guidance,
 		Source:          store.SourceBuiltin,
 	}
-}
-
-// cloneActions deep-copies actions so that a registry normalising or a store
-// decoding into the result cannot reach back into a tool's definition.
-func cloneActions(in []toolkit.Action) []toolkit.Action {
-	if in == nil {
-		return nil
-	}
-	out := make([]toolkit.Action, len(in))
-	for i, a := range in {
-		a.InputSchema = slices.Clone(a.InputSchema)
-		a.OutputSchema = slices.Clone(a.OutputSchema)
-		if a.Examples != nil {
-			ex := make([]toolkit.Example, len(a.Examples))
-			for j, e := range a.Examples {
-				ex[j] = toolkit.Example{Description: e.Description, Input: slices.Clone(e.Input), Output: slices.Clone(e.Output)}
-			}
-			a.Examples = ex
-		}
-		out[i] = a
-	}
-	return out
-}
-
-func clonePolicies(in []toolkit.Policy) []toolkit.Policy {
-	if in == nil {
-		return nil
-	}
-	out := make([]toolkit.Policy, len(in))
-	for i, p := range in {
-		if sd := p.SequentialDependency; sd != nil {
-			out[i].SequentialDependency = &toolkit.SequentialDependency{Action: sd.Action, Requires: slices.Clone(sd.Requires)}
-		}
-		if rw := p.ReadBeforeWrite; rw != nil {
-			out[i].ReadBeforeWrite = &toolkit.ReadBeforeWrite{
-				ReadActions:   slices.Clone(rw.ReadActions),
-				WriteActions:  slices.Clone(rw.WriteActions),
-				CreateActions: slices.Clone(rw.CreateActions),
-			}
-		}
-	}
-	return out
 }

@@ -99,8 +99,8 @@ func newProvider(t *testing.T) (*native.Provider, *plainTool, *previewTool) {
 func TestBind(t *testing.T) {
 	t.Parallel()
 	p, alpha, beta := newProvider(t)
-	if p.ConnectorID() != "conn" {
-		t.Fatalf("ConnectorID() = %q", p.ConnectorID())
+	if p.ID() != "conn" {
+		t.Fatalf("ProviderID() = %q", p.ID())
 	}
 
 	t.Run("builtin definitions bind to their implementations", func(t *testing.T) {
@@ -119,8 +119,8 @@ func TestBind(t *testing.T) {
 		def := &store.Tool{
 			Name:           "alpha",
 			Description:    "Alpha, described by the operator.",
-			ConnectorID:    "conn",
-			ProviderType:   store.ProviderNative,
+			ProviderID:     "conn",
+			ProviderType:   store.ProviderInProcess,
 			RequiredScopes: []string{"ops"},
 			DefaultRisk:    toolkit.RiskHigh,
 			Actions:        []store.Action{{Name: "read", Description: "Read things.", Risk: toolkit.RiskMedium}},
@@ -140,7 +140,7 @@ func TestBind(t *testing.T) {
 	})
 
 	t.Run("an empty provider type counts as native", func(t *testing.T) {
-		if _, err := p.Bind(&store.Tool{Name: "beta", ConnectorID: "conn", Actions: []store.Action{{Name: "run"}}}); err != nil {
+		if _, err := p.Bind(&store.Tool{Name: "beta", ProviderID: "conn", Actions: []store.Action{{Name: "run"}}}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -152,11 +152,11 @@ func TestBind(t *testing.T) {
 		is      error
 	}{
 		{"nil", nil, "no definition", nil},
-		{"unknown tool", &store.Tool{Name: "gamma", ConnectorID: "conn", Actions: []store.Action{{Name: "read"}}}, `no tool "gamma"`, native.ErrUnknownTool},
-		{"invented action", &store.Tool{Name: "alpha", ConnectorID: "conn", Actions: []store.Action{{Name: "read"}, {Name: "purge"}}}, `no action "purge"`, native.ErrUnknownAction},
-		{"action of another tool", &store.Tool{Name: "beta", ConnectorID: "conn", Actions: []store.Action{{Name: "write"}}}, `no action "write"`, native.ErrUnknownAction},
-		{"other connector", &store.Tool{Name: "alpha", ConnectorID: "other", Actions: []store.Action{{Name: "read"}}}, `connector "other"`, nil},
-		{"mcp provider type", &store.Tool{Name: "alpha", ConnectorID: "conn", ProviderType: store.ProviderMCP, Actions: []store.Action{{Name: "read"}}}, `provider type "mcp"`, nil},
+		{"unknown tool", &store.Tool{Name: "gamma", ProviderID: "conn", Actions: []store.Action{{Name: "read"}}}, `no tool "gamma"`, native.ErrUnknownTool},
+		{"invented action", &store.Tool{Name: "alpha", ProviderID: "conn", Actions: []store.Action{{Name: "read"}, {Name: "purge"}}}, `no action "purge"`, native.ErrUnknownAction},
+		{"action of another tool", &store.Tool{Name: "beta", ProviderID: "conn", Actions: []store.Action{{Name: "write"}}}, `no action "write"`, native.ErrUnknownAction},
+		{"other connector", &store.Tool{Name: "alpha", ProviderID: "other", Actions: []store.Action{{Name: "read"}}}, `connector "other"`, nil},
+		{"mcp provider type", &store.Tool{Name: "alpha", ProviderID: "conn", ProviderType: store.ProviderMCP, Actions: []store.Action{{Name: "read"}}}, `provider type "mcp"`, nil},
 	}
 	for _, tc := range refusals {
 		t.Run("refuses "+tc.name, func(t *testing.T) {
@@ -183,8 +183,8 @@ func TestBuiltin(t *testing.T) {
 	}
 	alpha, beta := defs[0], defs[1]
 	for _, d := range defs {
-		if d.ConnectorID != "conn" || d.ProviderType != store.ProviderNative || d.Source != store.SourceBuiltin {
-			t.Fatalf("%s: connector %q, provider type %q, source %q", d.Name, d.ConnectorID, d.ProviderType, d.Source)
+		if d.ProviderID != "conn" || d.ProviderType != store.ProviderInProcess || d.Source != store.SourceBuiltin {
+			t.Fatalf("%s: connector %q, provider type %q, source %q", d.Name, d.ProviderID, d.ProviderType, d.Source)
 		}
 		if d.Version != 0 || !d.CreatedAt.IsZero() {
 			t.Fatalf("%s: store fields set: version %d, created %v", d.Name, d.Version, d.CreatedAt)
@@ -230,7 +230,7 @@ func TestToStoreTool(t *testing.T) {
 	b.def.AuditPayloads = true
 	b.def.Capabilities = []string{"x"}
 	got := native.ToStoreTool("conn", b)
-	if got.Name != "beta" || got.ConnectorID != "conn" || !got.SupportsPreview || got.ApprovalTTL != 10*time.Minute ||
+	if got.Name != "beta" || got.ProviderID != "conn" || !got.SupportsPreview || got.ApprovalTTL != 10*time.Minute ||
 		!got.AuditPayloads || len(got.Capabilities) != 1 || got.Timeout != native.DefaultTimeout {
 		t.Fatalf("ToStoreTool = %+v", got)
 	}

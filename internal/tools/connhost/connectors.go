@@ -1,17 +1,17 @@
-// Package connectors serves the tools declared as connectors
-// (tools.Connectors): an HTTP API through the HTTP connector (httpconn), an
-// MCP server through one long-lived MCP session per connector, shared by
-// its calls. It is the glue between the registry and the protocol
-// clients, and it owns what is policy rather than protocol: which server
-// tool an action calls, previews mapped to side-effect-free actions,
-// re-discovery when a server says its tool list changed (and retries when a
-// discovery failed), and scrubbing every secret a connector fetched from
-// what it returns.
+// Package connhost is the connector host (tools.ConnectorHost): it runs the
+// tools declared as connectors, whose definitions package connector owns:
+// an HTTP API through the HTTP connector (httpconn), an MCP server through
+// one long-lived MCP session per connector, shared by its calls. It is the
+// glue between the registry and the protocol clients, and it owns what is
+// policy rather than protocol: which server tool an action calls, previews
+// mapped to side-effect-free actions, re-discovery when a server says its
+// tool list changed (and retries when a discovery failed), and scrubbing
+// every secret a connector fetched from what it returns.
 //
 // The MCP client (package internal/tools/mcp) is reached through MCPClient
 // and MCPDialer, so that this package is tested with a fake and the client
 // can change without touching it.
-package connectors
+package connhost
 
 import (
 	"context"
@@ -84,12 +84,12 @@ var ErrNoMCP = errors.New("no MCP client is configured in this server")
 const (
 	discoverTimeout = 30 * time.Second
 	resyncTimeout   = time.Minute
-	// Retries of a failed discovery back off from retryMin to retryMax.
-	retryMin = 2 * time.Second
-	retryMax = 2 * time.Minute
+	// Retries of a failed discovery back off from minRetry to maxRetry.
+	minRetry = 2 * time.Second
+	maxRetry = 2 * time.Minute
 )
 
-// Options configure a Manager.
+// Options configure a Host.
 type Options struct {
 	// Secrets is the secrets store connectors fetch credentials from.
 	Secrets secrets.Store
@@ -109,7 +109,7 @@ type Options struct {
 	// OnProblem, if set, is told when a registered connector becomes
 	// unable to serve (a discovery that failed: problem says why) and when
 	// it can again (problem ""). It runs on the goroutine that found out
-	// and must not block on the Manager.
+	// and must not block on the Host.
 	OnProblem func(id, problem string)
 }
 
@@ -117,8 +117,8 @@ type Options struct {
 // (registry.Rediscover).
 type ResyncFunc func(ctx context.Context, id string) error
 
-// Manager serves connector tools. It is safe for concurrent use.
-type Manager struct {
+// Host serves connector tools. It is safe for concurrent use.
+type Host struct {
 	o   Options
 	log *slog.Logger
 
@@ -161,10 +161,10 @@ type syncState struct {
 // asking the server.
 const maxStrayRetries = 5
 
-var _ tools.Connectors = (*Manager)(nil)
+var _ tools.ConnectorHost = (*Host)(nil)
 
-// New returns a Manager. Call Close when done.
-func New(o Options) *Manager {
+// New returns a Host. Call Close when done.
+func New(o Options) *Host {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -172,24 +172,24 @@ func New(o Options) *Manager {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{
-		o: o, log: o.Logger, ctx: ctx, cancel: cancel, retryBase: retryMin,
+	return &Host{
+		o: o, log: o.Logger, ctx: ctx, cancel: cancel, retryBase: minRetry,
 		sessions: map[string]*session{}, syncs: map[string]*syncState{}, problems: map[string]string{},
 	}
 }
 
 // SetResync sets how a connector is re-discovered when its server says its
 // tools changed, or after a failed discovery. Until it is set, nothing is
-// re-discovered on the Manager's own initiative.
-func (m *Manager) SetResync(fn ResyncFunc) {
+// re-discovered on the Host's own initiative.
+func (m *Host) SetResync(fn ResyncFunc) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.resync = fn
 }
 
-// Bind implements tools.Connectors. A definition that did not come from
+// Bind implements tools.ConnectorHost. A definition that did not come from
 // the tools file and breaks the trust rules is refused (its *fault.Error).
-func (m *Manager) Bind(def *store.Tool) (toolkit.Tool, error) {
+func (m *Host) Bind(def *store.Tool) (toolkit.Tool, error) {
 	if def == nil || def.Connector == nil {
 		return nil, errors.New("not a connector")
 	}
@@ -212,11 +212,11 @@ func (m *Manager) Bind(def *store.Tool) (toolkit.Tool, error) {
 	return nil, fmt.Errorf("unknown connector type %q", spec.Type)
 }
 
-// Discover implements tools.Connectors: it asks the connector's session
+// Discover implements tools.ConnectorHost: it asks the connector's session
 // (opened for this definition if need be) for the server's tools. A
 // failure schedules a retry, so that a server down at start is discovered
 // once it answers.
-func (m *Manager) Discover(ctx context.Context, def *store.Tool) ([]connector.ServerTool, error) {
+func (m *Host) Discover(ctx context.Context, def *store.Tool) ([]connector.ServerTool, error) {
 	if def == nil || def.Connector == nil {
 		return nil, errors.New("not a connector")
 	}
@@ -230,7 +230,7 @@ func (m *Manager) Discover(ctx context.Context, def *store.Tool) ([]connector.Se
 		m.problem(def.Name, err.Error())
 		return nil, err
 	}
-	s, err := m.session(cfg)
+	s, err := m.session(cfg) //nolint:contextcheck // a session and its re-discovery outlive the request that opened them
 	if err != nil {
 		if !errors.Is(err, ErrNoMCP) {
 			m.problem(def.Name, err.Error())
@@ -261,7 +261,7 @@ func (m *Manager) Discover(ctx context.Context, def *store.Tool) ([]connector.Se
 	return list, nil
 }
 
-// Probe implements tools.Connectors: Discover for a definition that is not
+// Probe implements tools.ConnectorHost: Discover for a definition that is not
 // registered yet (RegisterTool), through a session of its own, so that a
 // refused registration leaves nothing behind: when the server cannot be
 // reached its session is closed at once (a stdio server's process with it)
@@ -269,7 +269,7 @@ func (m *Manager) Discover(ctx context.Context, def *store.Tool) ([]connector.Se
 // whether the definition was stored: kept, the session becomes the
 // connector's (replacing one opened for another definition); otherwise it
 // is closed. done is never nil.
-func (m *Manager) Probe(ctx context.Context, def *store.Tool) ([]connector.ServerTool, func(keep bool), error) {
+func (m *Host) Probe(ctx context.Context, def *store.Tool) ([]connector.ServerTool, func(keep bool), error) {
 	nothing := func(bool) {}
 	if def == nil || def.Connector == nil {
 		return nil, nothing, errors.New("not a connector")
@@ -319,7 +319,7 @@ func (m *Manager) Probe(ctx context.Context, def *store.Tool) ([]connector.Serve
 		return list, nothing, nil
 	}
 	var once sync.Once
-	return list, func(keep bool) {
+	return list, func(keep bool) { //nolint:contextcheck // a session and its re-discovery outlive the request that opened them
 		once.Do(func() {
 			if !keep || !m.install(cfg.ID, s) {
 				m.closeSession(s)
@@ -332,7 +332,7 @@ func (m *Manager) Probe(ctx context.Context, def *store.Tool) ([]connector.Serve
 // its session cannot be opened (the last attempt failed), or it has none
 // and its last discovery failed (until a discovery succeeds or a session
 // opens).
-func (m *Manager) Problem(id string) string {
+func (m *Host) Problem(id string) string {
 	m.mu.Lock()
 	s := m.sessions[id]
 	why := m.problems[id]
@@ -345,7 +345,7 @@ func (m *Manager) Problem(id string) string {
 
 // problem records (why "": clears) the problem of connector id, telling
 // OnProblem when it changes.
-func (m *Manager) problem(id, why string) {
+func (m *Host) problem(id, why string) {
 	m.mu.Lock()
 	old := m.problems[id]
 	if why == "" {
@@ -364,7 +364,7 @@ func (m *Manager) problem(id, why string) {
 // here, whatever the registry let through (a definition stored before the
 // rules, or by a replica configured otherwise, runs nothing they refuse),
 // and its program is the allowed path its command resolves to now.
-func (m *Manager) mcpConfig(def *store.Tool, spec *connector.Spec) (MCPConfig, error) {
+func (m *Host) mcpConfig(def *store.Tool, spec *connector.Spec) (MCPConfig, error) {
 	ct := spec.ConnectTimeout
 	if ct <= 0 {
 		ct = connector.DefaultConnectTimeout
@@ -394,7 +394,7 @@ func (c MCPConfig) key() string {
 
 // session returns the connector's session for cfg, opening it (and closing
 // one opened for another configuration) if need be.
-func (m *Manager) session(cfg MCPConfig) (*session, error) {
+func (m *Host) session(cfg MCPConfig) (*session, error) {
 	key := cfg.key()
 	m.mu.Lock()
 	if m.closed {
@@ -424,7 +424,7 @@ func (m *Manager) session(cfg MCPConfig) (*session, error) {
 }
 
 // open opens a session for cfg that is not (yet) the connector's.
-func (m *Manager) open(cfg MCPConfig, key string) (*session, error) {
+func (m *Host) open(cfg MCPConfig, key string) (*session, error) {
 	if m.o.MCP == nil {
 		return nil, ErrNoMCP
 	}
@@ -438,9 +438,9 @@ func (m *Manager) open(cfg MCPConfig, key string) (*session, error) {
 }
 
 // install makes s the session of connector id, closing the one it
-// replaces. It returns false, installing nothing, when the Manager is
+// replaces. It returns false, installing nothing, when the Host is
 // closed or already holds a session for the same configuration.
-func (m *Manager) install(id string, s *session) bool {
+func (m *Host) install(id string, s *session) bool {
 	m.mu.Lock()
 	old := m.sessions[id]
 	if m.closed || (old != nil && old.key == s.key) {
@@ -456,7 +456,7 @@ func (m *Manager) install(id string, s *session) bool {
 	return true
 }
 
-func (m *Manager) closeSession(s *session) {
+func (m *Host) closeSession(s *session) {
 	if err := s.client.Close(); err != nil {
 		m.log.Warn("closing an MCP session failed", "error", s.scrub.Scrub(err.Error()))
 	}
@@ -464,7 +464,7 @@ func (m *Manager) closeSession(s *session) {
 
 // listChanged re-discovers a connector whose current session (opened for
 // key) said its tool list changed.
-func (m *Manager) listChanged(id, key string) {
+func (m *Host) listChanged(id, key string) {
 	m.mu.Lock()
 	s := m.sessions[id]
 	m.mu.Unlock()
@@ -477,11 +477,11 @@ func (m *Manager) listChanged(id, key string) {
 
 // Resync re-discovers the connector named id in the background (through
 // the function SetResync set), as a list_changed notification does.
-func (m *Manager) Resync(id string) { m.trigger(id) }
+func (m *Host) Resync(id string) { m.trigger(id) }
 
 // trigger runs a re-discovery of id in the background; a trigger while one
 // runs makes it run once more after.
-func (m *Manager) trigger(id string) {
+func (m *Host) trigger(id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed || m.resync == nil {
@@ -497,7 +497,7 @@ func (m *Manager) trigger(id string) {
 	go m.runResync(id)
 }
 
-func (m *Manager) state(id string) *syncState {
+func (m *Host) state(id string) *syncState {
 	st := m.syncs[id]
 	if st == nil {
 		st = &syncState{}
@@ -506,7 +506,7 @@ func (m *Manager) state(id string) *syncState {
 	return st
 }
 
-func (m *Manager) runResync(id string) {
+func (m *Host) runResync(id string) {
 	defer m.wg.Done()
 	for {
 		m.mu.Lock()
@@ -544,7 +544,7 @@ func (m *Manager) runResync(id string) {
 // belongs to: retried, and nothing is wrong), nor when the connector's
 // session could not open (the session logs each of its attempts, with why
 // and when it tries again).
-func (m *Manager) logResyncFailure(id string, err error) {
+func (m *Host) logResyncFailure(id string, err error) {
 	if f, ok := fault.As(err); ok && f.Reason == fault.ReasonToolNotFound {
 		m.log.Debug("MCP re-discovery found no stored tool yet; retrying", "connector", id)
 		return
@@ -560,7 +560,7 @@ func (m *Manager) logResyncFailure(id string, err error) {
 }
 
 // failed schedules a retry of a failed discovery, backing off.
-func (m *Manager) failed(id string) {
+func (m *Host) failed(id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed || m.resync == nil {
@@ -571,12 +571,12 @@ func (m *Manager) failed(id string) {
 
 // scheduleLocked arms the retry timer of id, backing off with each failure.
 // Called with mu held.
-func (m *Manager) scheduleLocked(id string, st *syncState) {
+func (m *Host) scheduleLocked(id string, st *syncState) {
 	if st.timer != nil || m.resync == nil {
 		return
 	}
 	delay := m.retryBase << min(st.failures, 10)
-	delay = min(delay, retryMax)
+	delay = min(delay, maxRetry)
 	st.failures++
 	st.timer = time.AfterFunc(delay, func() {
 		m.mu.Lock()
@@ -587,7 +587,7 @@ func (m *Manager) scheduleLocked(id string, st *syncState) {
 }
 
 // succeeded ends the retries of id.
-func (m *Manager) succeeded(id string) {
+func (m *Host) succeeded(id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if st := m.syncs[id]; st != nil {
@@ -602,7 +602,7 @@ func (m *Manager) succeeded(id string) {
 // Forget closes the session of a connector that is no longer registered
 // (a stdio server's process ends with it) and stops retrying its
 // discovery.
-func (m *Manager) Forget(id string) {
+func (m *Host) Forget(id string) {
 	m.mu.Lock()
 	s := m.sessions[id]
 	delete(m.sessions, id)
@@ -617,7 +617,7 @@ func (m *Manager) Forget(id string) {
 }
 
 // Close ends background work and every MCP session.
-func (m *Manager) Close() error {
+func (m *Host) Close() error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()

@@ -1,4 +1,4 @@
-package connectors
+package connhost
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // actions call the server tools they were discovered from, through the
 // connector's shared session.
 type mcpTool struct {
-	m       *Manager
+	m       *Host
 	name    string
 	cfg     MCPConfig
 	servers map[string]string // action -> server tool name
@@ -28,7 +28,7 @@ var (
 	_ toolkit.Previewer = (*mcpTool)(nil)
 )
 
-func newMCPTool(m *Manager, def *store.Tool, spec *connector.Spec) (*mcpTool, error) {
+func newMCPTool(m *Host, def *store.Tool, spec *connector.Spec) (*mcpTool, error) {
 	cfg, err := m.mcpConfig(def, spec)
 	if err != nil {
 		return nil, err
@@ -66,7 +66,7 @@ func (t *mcpTool) Execute(ctx context.Context, call *toolkit.Call) (*toolkit.Res
 }
 
 func (t *mcpTool) call(ctx context.Context, server string, call *toolkit.Call) (*toolkit.Result, error) {
-	s, err := t.m.session(t.cfg)
+	s, err := t.m.session(t.cfg) //nolint:contextcheck // a session and its re-discovery outlive the request that opened them
 	if err != nil {
 		// Nothing was sent.
 		var rt *toolkit.RetryableError

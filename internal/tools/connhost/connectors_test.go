@@ -1,4 +1,4 @@
-package connectors
+package connhost
 
 import (
 	"context"
@@ -192,7 +192,7 @@ func secretsStore() secrets.Store {
 
 type rig struct {
 	srv *fakeServer
-	m   *Manager
+	m   *Host
 	reg *registry.Registry
 	st  store.Store
 	// resyncs counts the re-discoveries that have finished.
@@ -210,7 +210,7 @@ func newRig(t *testing.T) *rig {
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	m.retryBase = 20 * time.Millisecond
 	st := memory.New()
-	reg, err := registry.New(registry.Options{Store: st, Connectors: m, Trust: trust})
+	reg, err := registry.New(registry.Options{Store: st, ConnectorHost: m, Trust: trust})
 	if err != nil {
 		t.Fatal(err)
 	}
