@@ -16,17 +16,20 @@ import (
 )
 
 // commitCalls is how many calls each measured phase of
-// TestPostgresTransactionsPerCall makes: enough that a stray transaction
-// (an autovacuum worker visiting the database) moves the per-call figure by
-// at most a few hundredths, few enough to keep the test well under a second
-// of calls.
-const commitCalls = 50
+// TestPostgresTransactionsPerCall makes: enough that the fixed costs a
+// server lifetime may add under load move the per-call figure by a few
+// hundredths, few enough to keep the test around a second of calls.
+const commitCalls = 200
 
 // noiseAllowance is how far above the budget a per-call figure may be before
-// the test fails: 2 stray transactions in a phase of commitCalls calls.
-// A real regression — one more statement outside a transaction, or one more
-// transaction, on every call — moves it by a whole 1.
-const noiseAllowance = 2.0 / commitCalls
+// the test fails: 12 stray transactions in a phase of commitCalls calls —
+// an autovacuum worker visiting the database, a health ping that did or did
+// not run before a server stopped, or a connection the pool opened mid-phase
+// on a loaded machine, which prepares each statement it runs in a
+// transaction of its own (about ten). A real regression — one more
+// statement outside a transaction, or one more transaction, on every call —
+// moves it by a whole 1.
+const noiseAllowance = 12.0 / commitCalls
 
 // TestPostgresTransactionsPerCall checks the storage budget of docs/pipeline.md#storage-budget on a
 // real server over gRPC: an executed call costs two commits (reserve, which
