@@ -669,7 +669,10 @@ type AuditStore interface {
 	ListAuditEvents(ctx context.Context, f AuditFilter) ([]*AuditEvent, error)
 	// DeleteAuditEventsBefore deletes up to limit events (0: no limit;
 	// negative: ErrInvalid) whose Time is before before, oldest Time first,
-	// and returns how many it deleted. Safe to run on every replica at once.
+	// and returns how many it deleted. A store that keeps the trail in
+	// units of time (Postgres: a partition per day) removes a unit that
+	// ends by before whole, even past limit. Safe to run on every replica
+	// at once.
 	DeleteAuditEventsBefore(ctx context.Context, before time.Time, limit int) (int, error)
 }
 

@@ -52,6 +52,10 @@ type Store struct {
 
 	closeOnce sync.Once
 	listener  *listener
+	// stopMaintain ends the audit partition maintenance; maintained is
+	// closed when it has.
+	stopMaintain context.CancelFunc
+	maintained   chan struct{}
 }
 
 var _ store.Store = (*Store)(nil)
@@ -116,10 +120,17 @@ func poolSizeSet(databaseURL string) bool {
 }
 
 // New returns a Store on pool. The Store takes ownership: Close closes the
-// pool.
+// pool. It keeps audit_events' day partitions created ahead of time
+// (MaintainAuditPartitions), now and every hour, until it is closed.
 func New(pool *pgxpool.Pool) *Store {
-	s := &Store{pool: pool, group: newCommitter(pool)}
+	s := &Store{pool: pool, group: newCommitter(pool), maintained: make(chan struct{})}
 	s.listener = newListener(pool.Config().ConnConfig)
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopMaintain = cancel
+	go func() {
+		defer close(s.maintained)
+		s.maintainAuditPartitions(ctx)
+	}()
 	return s
 }
 
@@ -135,10 +146,13 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the notification listener, closes every subscription channel
-// and closes the pool. It is safe to call more than once.
+// Close stops the audit partition maintenance and the notification
+// listener, closes every subscription channel and closes the pool. It is
+// safe to call more than once.
 func (s *Store) Close() {
 	s.closeOnce.Do(func() {
+		s.stopMaintain()
+		<-s.maintained
 		s.listener.close()
 		s.pool.Close()
 	})
