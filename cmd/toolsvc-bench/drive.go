@@ -123,6 +123,9 @@ type driver struct {
 	o     *options
 	hists []*histogram
 	total histogram
+	// during, if set, runs once the measured window of each cell has
+	// begun, alongside the calls; the cell ends when both are done.
+	during func()
 }
 
 func newDriver(o *options) *driver {
@@ -202,6 +205,10 @@ func (d *driver) measure(ctx context.Context, s subject, rep, callers int) cell 
 	objs0, bytes0 := heapAllocs()
 	start := time.Now()
 	phase.Store(phaseMeasure)
+	var side sync.WaitGroup
+	if d.during != nil {
+		side.Go(d.during)
+	}
 	sleep(cctx, d.o.duration)
 	phase.Store(phaseStop)
 	window := time.Since(start)
@@ -209,6 +216,7 @@ func (d *driver) measure(ctx context.Context, s subject, rep, callers int) cell 
 	objs1, bytes1 := heapAllocs()
 	c.PeakRSSMiB, c.RSSMiB = readRSS()
 	wg.Wait()
+	side.Wait()
 
 	d.total.reset()
 	for i := range callers {
