@@ -61,7 +61,8 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // Open connects to the database at databaseURL (a postgres:// URL or a
-// key=value connection string) and checks that it answers. A malformed URL
+// key=value connection string) and checks that it answers; the Store keeps
+// audit_events' day partitions created ahead until it is closed. A malformed URL
 // gives an error wrapping store.ErrInvalid; a server that cannot be reached
 // one wrapping store.ErrUnavailable. The caller owns the Store and closes it.
 // Open does not check the schema version: see CheckSchema.
@@ -95,7 +96,20 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		return nil, fmt.Errorf("connect to database %s:%d/%s: %w",
 			cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, interpretError(err))
 	}
-	return New(pool), nil
+	s := New(pool)
+	s.startMaintenance()
+	return s, nil
+}
+
+// startMaintenance keeps audit_events' day partitions created ahead of
+// time (MaintainAuditPartitions), now and every hour, until Close.
+func (s *Store) startMaintenance() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopMaintain, s.maintained = cancel, make(chan struct{})
+	go func() {
+		defer close(s.maintained)
+		s.maintainAuditPartitions(ctx)
+	}()
 }
 
 // DefaultMaxConns is the pool size when the database URL sets no
@@ -120,17 +134,10 @@ func poolSizeSet(databaseURL string) bool {
 }
 
 // New returns a Store on pool. The Store takes ownership: Close closes the
-// pool. It keeps audit_events' day partitions created ahead of time
-// (MaintainAuditPartitions), now and every hour, until it is closed.
+// pool. Unlike Open, it starts nothing in the background.
 func New(pool *pgxpool.Pool) *Store {
-	s := &Store{pool: pool, group: newCommitter(pool), maintained: make(chan struct{})}
+	s := &Store{pool: pool, group: newCommitter(pool)}
 	s.listener = newListener(pool.Config().ConnConfig)
-	ctx, cancel := context.WithCancel(context.Background())
-	s.stopMaintain = cancel
-	go func() {
-		defer close(s.maintained)
-		s.maintainAuditPartitions(ctx)
-	}()
 	return s
 }
 
@@ -151,8 +158,10 @@ func (s *Store) Ping(ctx context.Context) error {
 // safe to call more than once.
 func (s *Store) Close() {
 	s.closeOnce.Do(func() {
-		s.stopMaintain()
-		<-s.maintained
+		if s.stopMaintain != nil {
+			s.stopMaintain()
+			<-s.maintained
+		}
 		s.listener.close()
 		s.pool.Close()
 	})
