@@ -247,7 +247,7 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) (failed ui
 			if s.name != subjPostgresNew {
 				continue
 			}
-			c, err := retentionCheck(ctx, d, s, slices.Max(o.callers), o.trailDays, e.dbURL, stderr)
+			c, err := retentionCheck(ctx, d, s, o.reps+1, slices.Max(o.callers), o.trailDays, e.dbURL, stderr)
 			if err != nil {
 				return failed, err
 			}

@@ -49,7 +49,7 @@ func fillTrail(ctx context.Context, dbURL string, n, days int, stderr io.Writer)
 				$2::timestamptz + (g::float8 / $3) * interval '1 day',
 				(ARRAY['tool_call.attempted', 'tool_call.succeeded', 'tool_call.deduped'])[g % 3 + 1],
 				'call-' || $1::int || '-' || (g / 3),
-				CASE WHEN (g / 3) % 4 = 0 THEN 'trace-' || (g / 12) ELSE '' END,
+				CASE WHEN (g / 3) % 4 = 0 THEN 'trace-' || $1::int || '-' || (g / 12) ELSE '' END,
 				'principal-' || ((g / 3) % 1000),
 				(ARRAY['echo', 'files'])[(g / 3) % 2 + 1], 'echo',
 				CASE WHEN g % 3 = 1 THEN 'SUCCEEDED' ELSE '' END,
@@ -76,8 +76,8 @@ func fillTrail(ctx context.Context, dbURL string, n, days int, stderr io.Writer)
 // oldest day of the trail is removed by the store's retention
 // (DeleteAuditEventsBefore up to the end of that day, no limit) once the
 // window has begun, and reports how long the removal took and how many
-// events it removed.
-func retentionCheck(ctx context.Context, d *driver, s subject, callers, days int, dbURL string, stderr io.Writer) (cell, error) {
+// events it removed. rep numbers the cell's keys: one no other cell used.
+func retentionCheck(ctx context.Context, d *driver, s subject, rep, callers, days int, dbURL string, stderr io.Writer) (cell, error) {
 	st, err := postgres.Open(ctx, dbURL)
 	if err != nil {
 		return cell{}, fmt.Errorf("retention: %w", err)
@@ -95,7 +95,7 @@ func retentionCheck(ctx context.Context, d *driver, s subject, callers, days int
 		took = time.Since(start)
 	}
 	defer func() { d.during = nil }()
-	c := d.measure(ctx, s, 1, callers)
+	c := d.measure(ctx, s, rep, callers)
 	if rerr != nil {
 		return c, fmt.Errorf("retention: %w", rerr)
 	}
