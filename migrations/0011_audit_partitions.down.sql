@@ -4,10 +4,7 @@
 -- cannot both go back: the down migration fails on them.
 ALTER TABLE audit_events RENAME TO audit_events_parted;
 DROP TRIGGER audit_events_notify ON audit_events_parted;
-ALTER TABLE audit_events_parted RENAME CONSTRAINT audit_events_detail_object TO audit_events_parted_detail_object;
 ALTER TABLE audit_events_parted DROP CONSTRAINT audit_events_pkey;
-ALTER TABLE audit_events_parted DROP CONSTRAINT audit_events_risk_check, DROP CONSTRAINT audit_events_decision_check,
-    DROP CONSTRAINT audit_events_outcome_check;
 ALTER TABLE audit_events_parted DROP CONSTRAINT audit_events_id_time_key;
 DROP INDEX audit_events_call_idx, audit_events_trace_idx, audit_events_task_idx, audit_events_principal_idx,
     audit_events_time_brin;
@@ -42,6 +39,17 @@ SELECT setval(pg_get_serial_sequence('audit_events', 'seq'),
               COALESCE((SELECT max(seq) FROM audit_events_parted), 0) + 1, false);
 
 DROP TABLE audit_events_parted;
+
+-- calls: back to text and integer columns with their checks of 0001.
+ALTER TABLE calls ALTER COLUMN state TYPE text, ALTER COLUMN risk TYPE text,
+    ALTER COLUMN decision TYPE text, ALTER COLUMN attempt_count TYPE integer;
+ALTER TABLE calls
+    ADD CONSTRAINT calls_state_check CHECK (state IN ('AWAITING_APPROVAL', 'AWAITING_PREVIEW', 'IN_PROGRESS',
+                                                      'SUCCEEDED', 'FAILED', 'UNKNOWN', 'DENIED', 'RELEASED')),
+    ADD CONSTRAINT calls_risk_check CHECK (risk IN ('', 'LOW', 'MEDIUM', 'HIGH', 'CRITICAL')),
+    ADD CONSTRAINT calls_decision_check CHECK (decision IN ('', 'ALLOW', 'PREVIEW', 'CONFIRM', 'DENY')),
+    ADD CONSTRAINT calls_attempt_count_check CHECK (attempt_count >= 0);
+DROP DOMAIN toolsvc_risk, toolsvc_decision, toolsvc_outcome, toolsvc_audit_detail, toolsvc_call_state, toolsvc_count;
 
 CREATE INDEX audit_events_call_idx      ON audit_events (call_id, seq) WHERE call_id <> '';
 CREATE INDEX audit_events_trace_idx     ON audit_events (trace_id, seq) WHERE trace_id <> '';
