@@ -62,41 +62,54 @@ func sqlTime(t time.Time) string {
 // table of its own, the rows moved, and then attached, so that the
 // notification trigger does not fire again for the moved rows).
 func (s *Store) MaintainAuditPartitions(ctx context.Context, now time.Time) (int, error) {
+	// A connection of its own, not one of the pool's: the pool's
+	// connections stay those of the hot path (each prepares its statements
+	// once), and a maintenance round neither waits for one nor adds one.
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return 0, fmt.Errorf("maintain audit partitions: %w", interpretError(err))
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
 	created := 0
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		created = 0
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {
-			return interpretError(err)
-		}
-		var partitioned bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class
-				WHERE oid = to_regclass('audit_events') AND relkind = 'p')`).Scan(&partitioned); err != nil {
-			return interpretError(err)
-		}
-		if !partitioned {
-			return nil
-		}
-		have, err := auditPartitions(ctx, tx)
-		if err != nil {
-			return err
-		}
-		for i := 0; i <= auditPartitionsAhead; i++ {
-			from := utcDay(now).AddDate(0, 0, i)
-			name := auditPartitionName(from)
-			if _, ok := have[name]; ok {
-				continue
-			}
-			if err := createAuditPartition(ctx, tx, name, from, from.AddDate(0, 0, 1)); err != nil {
-				return err
-			}
-			created++
-		}
-		return nil
+	err = s.retry(ctx, func() error {
+		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return maintainAuditPartitions(ctx, tx, now, &created) })
 	})
 	if err != nil {
-		return 0, fmt.Errorf("maintain audit partitions: %w", err)
+		return 0, fmt.Errorf("maintain audit partitions: %w", interpretError(err))
 	}
 	return created, nil
+}
+
+// maintainAuditPartitions is MaintainAuditPartitions' transaction.
+func maintainAuditPartitions(ctx context.Context, tx pgx.Tx, now time.Time, created *int) error {
+	*created = 0
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {
+		return interpretError(err)
+	}
+	var partitioned bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class
+			WHERE oid = to_regclass('audit_events') AND relkind = 'p')`).Scan(&partitioned); err != nil {
+		return interpretError(err)
+	}
+	if !partitioned {
+		return nil
+	}
+	have, err := auditPartitions(ctx, tx)
+	if err != nil {
+		return err
+	}
+	for i := 0; i <= auditPartitionsAhead; i++ {
+		from := utcDay(now).AddDate(0, 0, i)
+		name := auditPartitionName(from)
+		if _, ok := have[name]; ok {
+			continue
+		}
+		if err := createAuditPartition(ctx, tx, name, from, from.AddDate(0, 0, 1)); err != nil {
+			return err
+		}
+		*created++
+	}
+	return nil
 }
 
 // createAuditPartition creates the partition name for [from, to), moving
