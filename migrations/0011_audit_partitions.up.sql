@@ -26,10 +26,11 @@
 -- within the partitions its time range selects; with a call, principal,
 -- trace or task it is served by that index.
 --
--- Event ids stay unique per (id, time): a unique index of a partitioned
--- table must hold its partition key. A retried append (the same event,
--- the same time) is still refused as a conflict; so is any event that
--- repeats an id of the same day's partition with the same time.
+-- Event ids are unique per (id, time) only: a unique index of a
+-- partitioned table must hold its partition key. A retried append (the
+-- same event, so the same time) is still refused as a conflict; an event
+-- that repeats a stored id with another time is not. The server's ids are
+-- UUIDv7, made afresh for each event.
 --
 -- Existing rows are copied into the partitions of their days, keeping their
 -- seq; the identity continues after the highest. On a large trail the copy
