@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/config"
@@ -29,6 +30,7 @@ type env struct {
 	// without Postgres).
 	insertConns int
 	database    string
+	dbURL       string
 }
 
 func (e *env) onClose(f func() error) { e.closers = append(e.closers, f) }
@@ -44,7 +46,7 @@ func (e *env) close() error {
 
 // setup starts the servers and opens the connections, and returns the
 // subjects in table order.
-func setup(ctx context.Context, o *options, run string) (_ *env, _ []subject, err error) {
+func setup(ctx context.Context, o *options, run string, stderr io.Writer) (_ *env, _ []subject, err error) {
 	e := &env{}
 	defer func() {
 		if err != nil {
@@ -163,6 +165,12 @@ func setup(ctx context.Context, o *options, run string) (_ *env, _ []subject, er
 		return nil, nil, err
 	}
 	e.onClose(pg.stop)
+	e.dbURL = db.url
+	if o.auditTrail > 0 {
+		if err := fillTrail(ctx, db.url, o.auditTrail, o.trailDays, stderr); err != nil {
+			return nil, nil, err
+		}
+	}
 	pn, pr, err := executeSubjects("postgres", pg.addr)
 	if err != nil {
 		return nil, nil, err
@@ -202,7 +210,7 @@ func setup(ctx context.Context, o *options, run string) (_ *env, _ []subject, er
 func bench(ctx context.Context, o *options, stdout, stderr io.Writer) (failed uint64, err error) {
 	started := time.Now().UTC()
 	run := randomHex(4)
-	e, subjects, err := setup(ctx, o, run)
+	e, subjects, err := setup(ctx, o, run, stderr)
 	if err != nil {
 		return 0, err
 	}
@@ -233,11 +241,29 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) (failed ui
 			}
 		}
 	}
+	var retention []cell
+	if o.auditTrail > 0 {
+		for _, s := range subjects {
+			if s.name != subjPostgresNew {
+				continue
+			}
+			c, err := retentionCheck(ctx, d, s, o.reps+1, slices.Max(o.callers), o.trailDays, e.dbURL, stderr)
+			if err != nil {
+				return failed, err
+			}
+			failed += c.Failed
+			retention = append(retention, c)
+		}
+	}
 	r := newReport(o, e, started, subjects, cells)
 	if o.json {
 		return failed, r.writeJSON(stdout)
 	}
 	r.writeText(stdout)
+	for _, c := range retention {
+		fmt.Fprintf(stdout, "\nwhile retention removed the oldest day (see stderr): %s at %d callers %.0f calls/s, p50 %s, p99 %s\n",
+			c.Subject, c.Callers, c.CallsPerSec, fmtMicros(c.P50Micros), fmtMicros(c.P99Micros))
+	}
 	return failed, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -96,6 +97,11 @@ type cell struct {
 	// callers and the servers alike, not Postgres's) over the window,
 	// divided by Calls.
 	CPUPerCallMicros float64 `json:"cpu_per_call_us"`
+	// AllocsPerCall and AllocBytesPerCall are the Go heap allocations of
+	// this process (callers and servers alike) over the window, divided
+	// by Calls.
+	AllocsPerCall     float64 `json:"allocs_per_call"`
+	AllocBytesPerCall float64 `json:"alloc_bytes_per_call"`
 	// PeakRSSMiB is the process's resident high-water mark during the
 	// cell (VmHWM, reset before the cell where the kernel allows); RSSMiB
 	// the resident size at the end of the window (VmRSS).
@@ -117,6 +123,9 @@ type driver struct {
 	o     *options
 	hists []*histogram
 	total histogram
+	// during, if set, runs once the measured window of each cell has
+	// begun, alongside the calls; the cell ends when both are done.
+	during func()
 }
 
 func newDriver(o *options) *driver {
@@ -193,14 +202,21 @@ func (d *driver) measure(ctx context.Context, s subject, rep, callers int) cell 
 	sleep(cctx, d.o.warmup)
 	var ru0, ru1 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	objs0, bytes0 := heapAllocs()
 	start := time.Now()
 	phase.Store(phaseMeasure)
+	var side sync.WaitGroup
+	if d.during != nil {
+		side.Go(d.during)
+	}
 	sleep(cctx, d.o.duration)
 	phase.Store(phaseStop)
 	window := time.Since(start)
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	objs1, bytes1 := heapAllocs()
 	c.PeakRSSMiB, c.RSSMiB = readRSS()
 	wg.Wait()
+	side.Wait()
 
 	d.total.reset()
 	for i := range callers {
@@ -222,8 +238,18 @@ func (d *driver) measure(ctx context.Context, s subject, rep, callers int) cell 
 	if c.Calls > 0 {
 		cpu := time.Duration(timevalNanos(ru1.Utime) + timevalNanos(ru1.Stime) - timevalNanos(ru0.Utime) - timevalNanos(ru0.Stime))
 		c.CPUPerCallMicros = float64(cpu.Microseconds()) / float64(c.Calls)
+		c.AllocsPerCall = float64(objs1-objs0) / float64(c.Calls)
+		c.AllocBytesPerCall = float64(bytes1-bytes0) / float64(c.Calls)
 	}
 	return c
+}
+
+// heapAllocs returns the process's cumulative heap allocations, objects
+// and bytes (runtime/metrics: no stop of the world).
+func heapAllocs() (objects, bytes uint64) {
+	ms := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(ms)
+	return ms[0].Value.Uint64(), ms[1].Value.Uint64()
 }
 
 func timevalNanos(tv syscall.Timeval) int64 { return tv.Nano() }

@@ -59,6 +59,8 @@ type options struct {
 	noPostgres  bool
 	noMCP       bool
 	insertConns int
+	auditTrail  int
+	trailDays   int
 	json        bool
 	tool        string
 	action      string
@@ -142,6 +144,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.noPostgres, "no-postgres", false, "skip the Postgres subjects and the INSERT floor")
 	fs.BoolVar(&o.noMCP, "no-mcp", false, "skip the MCP subjects (an MCP server direct and behind the front door)")
 	fs.IntVar(&o.insertConns, "insert-conns", 64, "most connections the INSERT floor opens (one per caller up to this;\nbeyond it callers share them); bounded by the server's max_connections")
+	fs.IntVar(&o.auditTrail, "audit-trail", 0, "before measuring, fill the Postgres database's audit trail with this many events\n(spread over --audit-trail-days days before today), and after the table measure\npostgres/new at the largest caller count while retention removes the oldest day")
+	fs.IntVar(&o.trailDays, "audit-trail-days", 10, "days the --audit-trail events are spread over")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON instead of tables")
 	fs.StringVar(&o.tool, "tool", "echo", "tool the ExecuteTool subjects call (with {\"message\": …})")
 	fs.StringVar(&o.action, "action", "echo", "action of --tool")
@@ -169,6 +173,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("--conns must be at least 1")
 	case o.insertConns < 1:
 		return nil, errors.New("--insert-conns must be at least 1")
+	case o.auditTrail < 0 || o.trailDays < 2:
+		return nil, errors.New("--audit-trail must not be negative, --audit-trail-days at least 2")
 	case o.soak < 0 || o.soakCallers < 1 || o.soakEvery < 1:
 		return nil, errors.New("--soak must not be negative, --soak-callers and --soak-every must be positive")
 	}

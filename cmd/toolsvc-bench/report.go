@@ -52,16 +52,18 @@ type settings struct {
 // summary is one subject at one caller count over the repetitions: the
 // median of each measure, the largest peak RSS, and every failure.
 type summary struct {
-	Subject          string  `json:"subject"`
-	Callers          int     `json:"callers"`
-	Calls            uint64  `json:"calls"`
-	Failed           uint64  `json:"failed"`
-	CallsPerSec      float64 `json:"calls_per_sec"`
-	P50Micros        float64 `json:"p50_us"`
-	P99Micros        float64 `json:"p99_us"`
-	CPUPerCallMicros float64 `json:"cpu_per_call_us"`
-	PeakRSSMiB       float64 `json:"peak_rss_mib"`
-	RSSMiB           float64 `json:"rss_mib"`
+	Subject           string  `json:"subject"`
+	Callers           int     `json:"callers"`
+	Calls             uint64  `json:"calls"`
+	Failed            uint64  `json:"failed"`
+	CallsPerSec       float64 `json:"calls_per_sec"`
+	P50Micros         float64 `json:"p50_us"`
+	P99Micros         float64 `json:"p99_us"`
+	CPUPerCallMicros  float64 `json:"cpu_per_call_us"`
+	AllocsPerCall     float64 `json:"allocs_per_call"`
+	AllocBytesPerCall float64 `json:"alloc_bytes_per_call"`
+	PeakRSSMiB        float64 `json:"peak_rss_mib"`
+	RSSMiB            float64 `json:"rss_mib"`
 }
 
 // ratioRow is one ratio at one caller count: the median over the
@@ -107,14 +109,16 @@ func newReport(o *options, e *env, started time.Time, subjects []subject, cells 
 				continue
 			}
 			sm := summary{Subject: s.name, Callers: n}
-			var rate, p50, p99, cpu, rss []float64
+			var rate, p50, p99, cpu, rss, allocs, abytes []float64
 			for _, c := range cs {
 				sm.Calls += c.Calls
 				sm.Failed += c.Failed
 				sm.PeakRSSMiB = max(sm.PeakRSSMiB, c.PeakRSSMiB)
 				rate, p50, p99 = append(rate, c.CallsPerSec), append(p50, c.P50Micros), append(p99, c.P99Micros)
 				cpu, rss = append(cpu, c.CPUPerCallMicros), append(rss, c.RSSMiB)
+				allocs, abytes = append(allocs, c.AllocsPerCall), append(abytes, c.AllocBytesPerCall)
 			}
+			sm.AllocsPerCall, sm.AllocBytesPerCall = median(allocs), median(abytes)
 			sm.CallsPerSec, sm.P50Micros, sm.P99Micros = median(rate), median(p50), median(p99)
 			sm.CPUPerCallMicros, sm.RSSMiB = median(cpu), median(rss)
 			r.Summary = append(r.Summary, sm)
@@ -182,15 +186,15 @@ func (r *report) writeText(w io.Writer) {
 		fmt.Fprintf(w, "; INSERT floor on %d connection(s)", st.InsertConns)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "CPU/call: this process (callers and servers; not Postgres) ÷ calls. Peak RSS: the cell's own high-water mark.")
+	fmt.Fprintln(w, "CPU/call, allocs/call, B/call: this process (callers and servers; not Postgres) ÷ calls. Peak RSS: the cell's own high-water mark.")
 	fmt.Fprintln(w, "Medians over the repetitions; peak RSS the largest.")
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "%-16s %7s %10s %9s %9s %9s %10s %10s %7s\n",
-		"subject", "callers", "calls/s", "p50", "p99", "CPU/call", "peak RSS", "RSS", "failed")
+	fmt.Fprintf(w, "%-16s %7s %10s %9s %9s %9s %11s %9s %10s %10s %7s\n",
+		"subject", "callers", "calls/s", "p50", "p99", "CPU/call", "allocs/call", "B/call", "peak RSS", "RSS", "failed")
 	for _, s := range r.Summary {
-		fmt.Fprintf(w, "%-16s %7d %10.0f %9s %9s %9s %10s %10s %7d\n",
+		fmt.Fprintf(w, "%-16s %7d %10.0f %9s %9s %9s %11.0f %9.0f %10s %10s %7d\n",
 			s.Subject, s.Callers, s.CallsPerSec, fmtMicros(s.P50Micros), fmtMicros(s.P99Micros),
-			fmtMicros(s.CPUPerCallMicros), fmtMiB(s.PeakRSSMiB), fmtMiB(s.RSSMiB), s.Failed)
+			fmtMicros(s.CPUPerCallMicros), s.AllocsPerCall, s.AllocBytesPerCall, fmtMiB(s.PeakRSSMiB), fmtMiB(s.RSSMiB), s.Failed)
 	}
 	if len(r.Ratios) == 0 {
 		return

@@ -87,7 +87,13 @@ func EncodeDetail(detail map[string]any, maxBytes int) json.RawMessage {
 // stored with), made valid UTF-8 where a json.RawMessage passed invalid
 // bytes through.
 func marshal(v any) ([]byte, error) {
-	b, err := json.Marshal(v)
+	var b []byte
+	var err error
+	if m, ok := v.(map[string]any); ok && m != nil {
+		b, err = encodeDetail(make([]byte, 0, 256), m)
+	} else {
+		b, err = json.Marshal(v)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -653,7 +653,9 @@ type AuditStore interface {
 	// AppendAuditEvents appends events in order, assigning Seq (the caller's
 	// Seq is ignored). Every event needs a non-empty ID (ErrInvalid) that no
 	// stored event and no other event of the batch has (ErrConflict); a batch
-	// with a refused event stores nothing.
+	// with a refused event stores nothing. The Postgres store, whose trail is
+	// partitioned by time, refuses a stored ID only together with the same
+	// Time (a retried append); the memory store refuses it whatever the Time.
 	AppendAuditEvents(ctx context.Context, events []AuditEvent) error
 	// ListAuditEvents returns events in Seq order, Seq > f.AfterSeq, at most
 	// f.Limit (all if 0), matching every filter that is set.
@@ -669,7 +671,10 @@ type AuditStore interface {
 	ListAuditEvents(ctx context.Context, f AuditFilter) ([]*AuditEvent, error)
 	// DeleteAuditEventsBefore deletes up to limit events (0: no limit;
 	// negative: ErrInvalid) whose Time is before before, oldest Time first,
-	// and returns how many it deleted. Safe to run on every replica at once.
+	// and returns how many it deleted. A store that keeps the trail in
+	// units of time (Postgres: a partition per day) removes a unit that
+	// ends by before whole, even past limit. Safe to run on every replica
+	// at once.
 	DeleteAuditEventsBefore(ctx context.Context, before time.Time, limit int) (int, error)
 }
 

@@ -52,12 +52,17 @@ type Store struct {
 
 	closeOnce sync.Once
 	listener  *listener
+	// stopMaintain ends the audit partition maintenance; maintained is
+	// closed when it has.
+	stopMaintain context.CancelFunc
+	maintained   chan struct{}
 }
 
 var _ store.Store = (*Store)(nil)
 
 // Open connects to the database at databaseURL (a postgres:// URL or a
-// key=value connection string) and checks that it answers. A malformed URL
+// key=value connection string) and checks that it answers; the Store keeps
+// audit_events' day partitions created ahead until it is closed. A malformed URL
 // gives an error wrapping store.ErrInvalid; a server that cannot be reached
 // one wrapping store.ErrUnavailable. The caller owns the Store and closes it.
 // Open does not check the schema version: see CheckSchema.
@@ -91,7 +96,20 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		return nil, fmt.Errorf("connect to database %s:%d/%s: %w",
 			cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, interpretError(err))
 	}
-	return New(pool), nil
+	s := New(pool)
+	s.startMaintenance()
+	return s, nil
+}
+
+// startMaintenance keeps audit_events' day partitions created ahead of
+// time (MaintainAuditPartitions), now and every hour, until Close.
+func (s *Store) startMaintenance() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopMaintain, s.maintained = cancel, make(chan struct{})
+	go func() {
+		defer close(s.maintained)
+		s.maintainAuditPartitions(ctx)
+	}()
 }
 
 // DefaultMaxConns is the pool size when the database URL sets no
@@ -116,7 +134,7 @@ func poolSizeSet(databaseURL string) bool {
 }
 
 // New returns a Store on pool. The Store takes ownership: Close closes the
-// pool.
+// pool. Unlike Open, it starts nothing in the background.
 func New(pool *pgxpool.Pool) *Store {
 	s := &Store{pool: pool, group: newCommitter(pool)}
 	s.listener = newListener(pool.Config().ConnConfig)
@@ -135,10 +153,15 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the notification listener, closes every subscription channel
-// and closes the pool. It is safe to call more than once.
+// Close stops the audit partition maintenance and the notification
+// listener, closes every subscription channel and closes the pool. It is
+// safe to call more than once.
 func (s *Store) Close() {
 	s.closeOnce.Do(func() {
+		if s.stopMaintain != nil {
+			s.stopMaintain()
+			<-s.maintained
+		}
 		s.listener.close()
 		s.pool.Close()
 	})
