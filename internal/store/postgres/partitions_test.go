@@ -152,8 +152,8 @@ func TestAuditPartitionsUpgrade(t *testing.T) {
 		t.Fatalf("%d old events in the default partition, want each in its day's", n)
 	}
 	seq := scalar[int64](t, pool, `INSERT INTO audit_events (id, time, type) VALUES ('new', now(), 'tool_call.succeeded') RETURNING seq`)
-	if max := scalar[int64](t, pool, `SELECT max(seq) FROM audit_events WHERE id <> 'new'`); seq <= max {
-		t.Fatalf("new event's seq %d not after the old ones' %d", seq, max)
+	if top := scalar[int64](t, pool, `SELECT max(seq) FROM audit_events WHERE id <> 'new'`); seq <= top {
+		t.Fatalf("new event's seq %d not after the old ones' %d", seq, top)
 	}
 	// And back: the same trail in one table again.
 	if _, err := postgres.MigrateDown(ctx, pool, 1); err != nil {

@@ -97,7 +97,7 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 			cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, interpretError(err))
 	}
 	s := New(pool)
-	s.startMaintenance()
+	s.startMaintenance() //nolint:contextcheck // the upkeep outlives Open's context: it runs until Close
 	return s, nil
 }
 
