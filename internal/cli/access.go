@@ -61,14 +61,7 @@ func (a *accessFlags) register(fs *pflag.FlagSet) {
 
 // resolve fills the flags not given from the environment.
 func (a *accessFlags) resolve(fs *pflag.FlagSet, lookupEnv env) error {
-	str := func(flag, name string, dst *string) {
-		if fs.Changed(flag) {
-			return
-		}
-		if v, ok := lookupEnv(name); ok && strings.TrimSpace(v) != "" {
-			*dst = strings.TrimSpace(v)
-		}
-	}
+	str := func(flag, name string, dst *string) { lookupEnv.fill(fs, flag, name, dst, false) }
 	str(flagToken, envToken, &a.token)
 	str(flagTokenFile, envTokenFile, &a.tokenFile)
 	str(flagCAFile, envCAFile, &a.caFile)

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
 )
@@ -198,22 +199,7 @@ prints one JSON object per line.`,
 			cmd.SetContext(ctx)
 			return cf.withClient(cmd, lookupEnv, func(c *client) error {
 				stream, err := approvals(c).WatchApprovals(c.ctx, &toolsvcv1.WatchApprovalsRequest{Tool: watchTool})
-				if err != nil {
-					return c.watchEnded(err)
-				}
-				for {
-					resp, err := stream.Recv()
-					if err != nil {
-						return c.watchEnded(err)
-					}
-					if c.json {
-						b, err := marshalJSON(resp, false)
-						if err != nil {
-							return err
-						}
-						c.stdout.Write(b)
-						continue
-					}
+				return follow(c, stream, err, func(resp *toolsvcv1.WatchApprovalsResponse) string {
 					a := resp.GetApproval()
 					at := a.GetResolveTime()
 					if at == nil {
@@ -230,8 +216,8 @@ prints one JSON object per line.`,
 					if a.GetComment() != "" {
 						line += fmt.Sprintf(" comment=%q", a.GetComment())
 					}
-					fmt.Fprintln(c.stdout, line)
-				}
+					return line
+				})
 			})
 		},
 	}
@@ -244,6 +230,30 @@ prints one JSON object per line.`,
 // watchEnded turns the end of a stream into the command's result: Ctrl-C
 // (the command's context ending) is a normal end; anything else is the
 // server's error.
+// follow prints a watch's messages until it ends: each as one JSON object
+// per line with --output json, else as the line text makes of it. stream
+// and err are what opened the watch.
+func follow[M proto.Message](c *client, stream interface{ Recv() (M, error) }, err error, text func(M) string) error {
+	if err != nil {
+		return c.watchEnded(err)
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return c.watchEnded(err)
+		}
+		if c.json {
+			b, err := marshalJSON(resp, false)
+			if err != nil {
+				return err
+			}
+			c.stdout.Write(b)
+			continue
+		}
+		fmt.Fprintln(c.stdout, text(resp))
+	}
+}
+
 func (c *client) watchEnded(err error) error {
 	if c.ctx.Err() != nil {
 		return nil

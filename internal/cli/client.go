@@ -106,16 +106,8 @@ type client struct {
 func (f *clientFlags) connect(cmd *cobra.Command, lookupEnv env) (*client, error) {
 	fs := cmd.Flags()
 	addr, principal := f.addr, f.principal
-	if !fs.Changed(flagAddr) {
-		if v, ok := lookupEnv(envAddr); ok && strings.TrimSpace(v) != "" {
-			addr = strings.TrimSpace(v)
-		}
-	}
-	if !fs.Changed(flagPrincipal) {
-		if v, ok := lookupEnv(envPrincipal); ok {
-			principal = v
-		}
-	}
+	lookupEnv.fill(fs, flagAddr, envAddr, &addr, false)
+	lookupEnv.fill(fs, flagPrincipal, envPrincipal, &principal, true)
 	principal = strings.TrimSpace(principal)
 	var problems []string
 	if strings.TrimSpace(addr) == "" {

@@ -137,22 +137,7 @@ change, on any replica, until interrupted. --timeout does not apply;
 			cmd.SetContext(ctx)
 			return cf.withClient(cmd, lookupEnv, func(c *client) error {
 				stream, err := healthClient(c).WatchToolHealth(c.ctx, &toolsvcv1.WatchToolHealthRequest{Tools: tools})
-				if err != nil {
-					return c.watchEnded(err)
-				}
-				for {
-					resp, err := stream.Recv()
-					if err != nil {
-						return c.watchEnded(err)
-					}
-					if c.json {
-						b, err := marshalJSON(resp, false)
-						if err != nil {
-							return err
-						}
-						c.stdout.Write(b)
-						continue
-					}
+				return follow(c, stream, err, func(resp *toolsvcv1.WatchToolHealthResponse) string {
 					h := resp.GetHealth()
 					line := fmt.Sprintf("%s  %-11s %s  errors=%d", orDash(when(h.GetUpdateTime())), enumName(h.GetStatus()), h.GetTool(), h.GetConsecutiveErrors())
 					if note := healthNote(h); note != "" {
@@ -161,8 +146,8 @@ change, on any replica, until interrupted. --timeout does not apply;
 					if h.GetLastError() != "" {
 						line += fmt.Sprintf("  last_error=%q", oneLine(h.GetLastError(), 120))
 					}
-					fmt.Fprintln(c.stdout, line)
-				}
+					return line
+				})
 			})
 		},
 	}

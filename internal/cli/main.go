@@ -11,8 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/toolsvc/toolsvc/internal/config"
 )
@@ -26,6 +28,22 @@ const (
 
 // env looks up environment variables (os.LookupEnv, or a map in tests).
 type env func(string) (string, bool)
+
+// fill sets *dst from the variable name unless the flag was given: to the
+// variable's value, trimmed, if it holds more than white space — or, with
+// blankToo, whatever it holds, so that a variable set empty still counts.
+func (e env) fill(fs *pflag.FlagSet, flag, name string, dst *string, blankToo bool) {
+	if fs.Changed(flag) {
+		return
+	}
+	v, ok := e(name)
+	switch {
+	case ok && strings.TrimSpace(v) != "":
+		*dst = strings.TrimSpace(v)
+	case ok && blankToo:
+		*dst = v
+	}
+}
 
 // usageError marks an error as the caller's: bad flags, arguments or
 // configuration (exit code 2).

@@ -62,16 +62,8 @@ same. docs/mcp.md has the rules (held calls, the plain retry, _meta).`,
 func (f *mcpFlags) connect(cmd *cobra.Command, lookupEnv env) (*mcp.ClientSession, context.Context, context.CancelFunc, error) {
 	fs := cmd.Flags()
 	u, principal := f.url, f.principal
-	if !fs.Changed(flagMCPURL) {
-		if v, ok := lookupEnv(envMCPURL); ok && strings.TrimSpace(v) != "" {
-			u = strings.TrimSpace(v)
-		}
-	}
-	if !fs.Changed(flagPrincipal) {
-		if v, ok := lookupEnv(envPrincipal); ok {
-			principal = v
-		}
-	}
+	lookupEnv.fill(fs, flagMCPURL, envMCPURL, &u, false)
+	lookupEnv.fill(fs, flagPrincipal, envPrincipal, &principal, true)
 	principal = strings.TrimSpace(principal)
 	var problems []string
 	parsed, err := url.Parse(u)

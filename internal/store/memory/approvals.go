@@ -60,11 +60,7 @@ func (s *Store) ResolveApproval(ctx context.Context, p store.ResolveApprovalPara
 	if p.State != store.ApprovalApproved && p.State != store.ApprovalDenied {
 		return nil, fmt.Errorf("cannot resolve an approval as %s: %w", p.State, store.ErrInvalid)
 	}
-	result, err := importResult(p.CallResult)
-	if err != nil {
-		return nil, err
-	}
-	events, err := importEvents(p.Events)
+	result, events, err := importOutcome(p.CallResult, p.Events)
 	if err != nil {
 		return nil, err
 	}

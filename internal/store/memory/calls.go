@@ -314,11 +314,7 @@ func (s *Store) FinishCall(ctx context.Context, p store.FinishCallParams) (*stor
 	default:
 		return nil, fmt.Errorf("cannot finish a call as %s: %w", p.State, store.ErrInvalid)
 	}
-	result, err := importResult(p.Result)
-	if err != nil {
-		return nil, err
-	}
-	events, err := importEvents(p.Events)
+	result, events, err := importOutcome(p.Result, p.Events)
 	if err != nil {
 		return nil, err
 	}
@@ -387,11 +383,7 @@ func (s *Store) ParkCall(ctx context.Context, p store.ParkCallParams) (*store.Ca
 	if (p.ApprovalID == "") == (p.PreviewToken == "") {
 		return nil, fmt.Errorf("park call %q: exactly one of an approval and a preview token: %w", p.CallID, store.ErrInvalid)
 	}
-	result, err := importResult(p.Result)
-	if err != nil {
-		return nil, err
-	}
-	events, err := importEvents(p.Events)
+	result, events, err := importOutcome(p.Result, p.Events)
 	if err != nil {
 		return nil, err
 	}
@@ -479,11 +471,7 @@ func (s *Store) ReleaseClaim(ctx context.Context, p store.ReleaseClaimParams) (*
 	if p.Token == "" || p.AnsweredEvent == "" {
 		return nil, fmt.Errorf("release claim: a token and the answered event type are required: %w", store.ErrInvalid)
 	}
-	result, err := importResult(p.Result)
-	if err != nil {
-		return nil, err
-	}
-	events, err := importEvents(p.Events)
+	result, events, err := importOutcome(p.Result, p.Events)
 	if err != nil {
 		return nil, err
 	}
@@ -572,11 +560,7 @@ func (s *Store) ResolveCall(ctx context.Context, p store.ResolveCallParams) (*st
 	if p.State != store.CallSucceeded && p.State != store.CallFailed {
 		return nil, fmt.Errorf("cannot resolve a call as %s: %w", p.State, store.ErrInvalid)
 	}
-	result, err := importResult(p.Result)
-	if err != nil {
-		return nil, err
-	}
-	events, err := importEvents(p.Events)
+	result, events, err := importOutcome(p.Result, p.Events)
 	if err != nil {
 		return nil, err
 	}

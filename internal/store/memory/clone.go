@@ -206,6 +206,19 @@ func cloneEvent(e *store.AuditEvent) *store.AuditEvent {
 	return &c
 }
 
+// importOutcome imports what a write records: its result and its events.
+func importOutcome(r *store.Result, events []store.AuditEvent) (*store.Result, []*store.AuditEvent, error) {
+	res, err := importResult(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	evs, err := importEvents(events)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res, evs, nil
+}
+
 // importEvents copies events into the store's form, refusing what Postgres
 // cannot hold either (store.ErrInvalid): a text field that is not valid
 // UTF-8 or holds NUL, a detail that is not a JSON object in valid UTF-8.
