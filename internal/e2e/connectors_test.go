@@ -114,23 +114,8 @@ func (l *leakScan) check(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log sink shared by the server's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
-}
+// lockedBuffer is a log sink safe for concurrent writers.
+type lockedBuffer = testutil.Buffer
 
 // upstream is an HTTP API that echoes the credentials it receives in every
 // answer: the worst an upstream can do.

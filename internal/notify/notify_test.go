@@ -193,23 +193,8 @@ func (c *counter) get(k string) int {
 	return c.n[k]
 }
 
-// logBuffer is a goroutine-safe log sink.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
+// logBuffer is a log sink safe for concurrent writers.
+type logBuffer = testutil.Buffer
 
 // start runs a dispatcher on st until the test ends (or stop is called).
 func start(t *testing.T, st notify.Store, cfg notify.Config, sec secrets.Store) (obs *counter, logs *logBuffer, stop func()) {

@@ -1,7 +1,6 @@
 package replicas_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -286,23 +285,12 @@ func differs(a *toolsvcv1.ExecuteToolResponse, c *store.Call) string {
 }
 
 // lockedBuffer collects the servers' log lines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
+type lockedBuffer struct{ testutil.Buffer }
 
 // grep returns the lines that mention any of words.
 func (l *lockedBuffer) grep(words ...string) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []string
-	for line := range strings.Lines(l.b.String()) {
+	for line := range strings.Lines(l.String()) {
 		for _, w := range words {
 			if strings.Contains(line, w) {
 				out = append(out, line)

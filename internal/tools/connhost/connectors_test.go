@@ -139,23 +139,8 @@ func (s *fakeServer) setProblem(problem string, err error) {
 	s.problem, s.toolsErr = problem, err
 }
 
-// logBuffer holds what a logger wrote, for concurrent use.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// logBuffer is a log sink safe for concurrent writers.
+type logBuffer = testutil.Buffer
 
 func (f *fakeSession) Close() error {
 	f.mu.Lock()
