@@ -212,9 +212,10 @@ func (e *Executor) releaseLater(c *call, token string, ev *store.AuditEvent) {
 		err := e.retryStore(release)
 		if errors.Is(err, store.ErrNotFound) {
 			// Not there: the reservation never committed, or its statement
-			// is still on its way — in a shared commit its caller stopped
-			// waiting for, or on a server that has not yet noticed that the
-			// connection it came on is gone. A reservation that commits
+			// is still on the database server, which has not yet noticed
+			// that the connection it came on broke (a store answers only
+			// once what it sent has landed or failed, but a broken
+			// connection leaves that unknown). A reservation that commits
 			// after this look would be left to the lease and reaped as
 			// UNKNOWN, a lie: its tool never started. Look once more when
 			// such a statement has had time to land.

@@ -63,6 +63,9 @@ type groupStmt struct {
 	ctx  context.Context
 	done chan struct{}
 	err  error
+	// sent: taken into a batch (under the committer's lock); from then on
+	// the statement may commit whatever its caller does.
+	sent bool
 }
 
 // committer queues statements and runs them in shared batches. A batch is
@@ -79,10 +82,12 @@ type committer struct {
 
 func newCommitter(pool *pgxpool.Pool) *committer { return &committer{pool: pool} }
 
-// do queues st and waits until its batch has committed or failed, or until
-// ctx ends (the statement may then still commit, as a statement whose
-// caller gave up can). It returns st's error, errRegroup, or an error
-// wrapping store.ErrUnavailable.
+// do queues st and waits until its batch has committed or failed. If ctx
+// ends first, a statement not yet sent never will be (flush drops it) and
+// the caller is answered at once; a statement already sent is waited for
+// (its batch runs to its own deadline), so that a caller is never told the
+// store failed while its statement can still commit. It returns st's error,
+// errRegroup, or an error wrapping store.ErrUnavailable.
 func (g *committer) do(ctx context.Context, st *groupStmt) error {
 	st.ctx, st.done = ctx, make(chan struct{})
 	g.mu.Lock()
@@ -99,8 +104,15 @@ func (g *committer) do(ctx context.Context, st *groupStmt) error {
 	case <-st.done:
 		return st.err
 	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	sent := st.sent
+	g.mu.Unlock()
+	if !sent {
 		return interpretError(ctx.Err())
 	}
+	<-st.done
+	return st.err
 }
 
 // flush takes a connection, then the queue (up to maxGroup statements whose
@@ -124,6 +136,7 @@ func (g *committer) flush() {
 			close(st.done)
 			continue
 		}
+		st.sent = true
 		batch = append(batch, st)
 	}
 	g.queue = append(g.queue[:0:0], g.queue[n:]...)

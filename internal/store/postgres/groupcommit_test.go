@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/store/postgres"
 	"github.com/toolsvc/toolsvc/internal/store/postgres/pgtest"
+	"github.com/toolsvc/toolsvc/internal/testutil"
 )
 
 // groupFixture is a Store on a pool of one connection, and that connection
@@ -25,12 +27,14 @@ type groupFixture struct {
 	held *pgxpool.Conn
 	now  time.Time
 	seq  int
+	url  string
 }
 
 func newGroupFixture(t *testing.T) *groupFixture {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
+	url := pgtest.NewDatabase(t)
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +45,7 @@ func newGroupFixture(t *testing.T) *groupFixture {
 	}
 	st := postgres.New(pool)
 	t.Cleanup(st.Close)
-	f := &groupFixture{st: st, pool: pool, now: time.Now().UTC().Truncate(time.Microsecond)}
+	f := &groupFixture{st: st, pool: pool, url: url, now: time.Now().UTC().Truncate(time.Microsecond)}
 	if _, err := st.CreateTool(ctx, store.CreateToolParams{Tool: &store.Tool{Name: "files", Incarnation: "inc"}, Now: f.now}); err != nil {
 		t.Fatal(err)
 	}
@@ -233,5 +237,75 @@ func TestGroupCommitAbandonedStatement(t *testing.T) {
 	}
 	if _, err := f.st.GetCall(ctx, b.ID); err != nil {
 		t.Errorf("the other claim: %v", err)
+	}
+}
+
+// A caller whose context ends after its statement went out in a batch is
+// answered what the batch did, not that the store failed: a claim that
+// waited on a lock, and whose caller gave up meanwhile, still commits once
+// the lock is gone, and its caller is told it claimed — so that nobody
+// takes a stored claim for one that never landed.
+func TestGroupCommitSentStatementAnswered(t *testing.T) {
+	f := newGroupFixture(t)
+	ctx := context.Background()
+	// A released reservation of key k: claimable again.
+	first := f.call("k")
+	first.ClaimToken = "first"
+	if _, claimed, err := f.claim(ctx, first); err != nil || !claimed {
+		t.Fatalf("first claim: %v %v", claimed, err)
+	}
+	if _, err := f.st.ReleaseClaim(ctx, store.ReleaseClaimParams{PrincipalID: "p", IdempotencyKey: "k", Token: "first",
+		AnsweredEvent: audit.ToolCallDeduped, Result: &store.Result{Message: "given back"}, Now: f.now,
+		ExpiresAt: f.now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	// Another session locks the released row: the next claim of k waits.
+	locker, err := pgx.Connect(ctx, f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close(ctx)
+	tx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // rolled back below; this is for a failing test
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM calls WHERE idempotency_key = 'k' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	gone, cancel := context.WithCancel(ctx)
+	second := f.call("k")
+	second.ClaimToken = "second"
+	type answer struct {
+		claimed bool
+		err     error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		_, claimed, err := f.claim(gone, second)
+		answered <- answer{claimed, err}
+	}()
+	testutil.Eventually(t, 10*time.Second, "the claim waiting on the row lock", func() bool {
+		var n int
+		err := locker.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n == 1
+	})
+	cancel()
+	select {
+	case a := <-answered:
+		t.Fatalf("the caller was answered while its claim could still commit: %v %v", a.claimed, a.err)
+	default:
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-answered
+	if a.err != nil || !a.claimed {
+		t.Fatalf("the sent claim: claimed %v, %v; want claimed", a.claimed, a.err)
+	}
+	c, err := f.st.GetCallByKey(ctx, "p", "k")
+	if err != nil || c.State != store.CallInProgress || c.ClaimToken != "second" {
+		t.Fatalf("stored %+v, %v; want the second claim IN_PROGRESS", c, err)
 	}
 }
