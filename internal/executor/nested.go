@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/toolsvc/toolsvc/internal/fault"
@@ -104,23 +104,12 @@ type parkedStep struct {
 
 // steps is what an execution of a parent's tool records of its steps.
 type steps struct {
-	mu     sync.Mutex
-	parked *parkedStep // the first step that parked
+	parked atomic.Pointer[parkedStep] // the first step that parked
 }
 
-func (s *steps) park(p *parkedStep) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.parked == nil {
-		s.parked = p
-	}
-}
+func (s *steps) park(p *parkedStep) { s.parked.CompareAndSwap(nil, p) }
 
-func (s *steps) firstParked() *parkedStep {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.parked
-}
+func (s *steps) firstParked() *parkedStep { return s.parked.Load() }
 
 // invoker returns the toolkit.Call.OnInvoke of an execution of c (the
 // running record rec, its tool's deadline): it runs each step through the

@@ -118,7 +118,10 @@ func landed(cur *store.Call, p store.FinishCallParams) bool {
 
 // state is the state o records, for logs.
 func (o finished) state() store.CallState {
-	if o.park != nil {
+	switch {
+	case o.park != nil && o.park.PreviewToken != "":
+		return store.CallAwaitingPreview
+	case o.park != nil:
 		return store.CallAwaitingApproval
 	}
 	return o.params.State

@@ -720,19 +720,8 @@ func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) (*sto
 			return err
 		}
 
-		release := func(callID string, from store.CallState, matches func(*store.Call) bool) {
-			r, c := st.call(callID)
-			if r == nil || c.State != from || !matches(c) {
-				return
-			}
-			c.State = store.CallReleased
-			c.UpdatedAt = now
-			c.ExpiresAt = retain
-			st.save(r, c)
-		}
 		for _, e := range approvalExpiries {
 			st.approvals[e.approval.ID] = e.approval
-			release(e.approval.CallID, store.CallAwaitingApproval, func(c *store.Call) bool { return c.ApprovalID == e.approval.ID })
 			st.releaseBehindApproval(e.approval, "", now, &retain)
 			st.appendEvents(e.events)
 			tx.notify(store.TopicApprovals, e.approval.ID)
@@ -740,7 +729,6 @@ func (s *Store) ExpireApprovals(ctx context.Context, p store.ExpireParams) (*sto
 		}
 		for _, e := range previewExpiries {
 			st.previews[e.preview.Token] = e.preview
-			release(e.preview.CallID, store.CallAwaitingPreview, func(c *store.Call) bool { return c.PreviewToken == e.preview.Token })
 			st.releaseBehindPreview(e.preview, "", now, &retain)
 			st.appendEvents(e.events)
 			out.Previews = append(out.Previews, clonePreview(e.preview))

@@ -116,25 +116,28 @@ func (st *state) unlinkChild(parent, id string) {
 func (st *state) releaseBehindApproval(a *store.Approval, except string, now time.Time, expires *time.Time) {
 	ids := append([]string{a.CallID}, st.waitingApprovals[a.ID]...)
 	delete(st.waitingApprovals, a.ID)
-	for _, id := range ids {
-		if id == except {
-			continue
-		}
-		if r, c := st.call(id); r != nil && c.State == store.CallAwaitingApproval && c.ApprovalID == a.ID {
-			st.release(r, c, now, expires)
-		}
-	}
+	st.releaseParked(ids, except, now, expires, func(c *store.Call) bool {
+		return c.State == store.CallAwaitingApproval && c.ApprovalID == a.ID
+	})
 }
 
 // releaseBehindPreview is releaseBehindApproval for preview pv.
 func (st *state) releaseBehindPreview(pv *store.Preview, except string, now time.Time, expires *time.Time) {
 	ids := append([]string{pv.CallID}, st.waitingPreviews[pv.Token]...)
 	delete(st.waitingPreviews, pv.Token)
+	st.releaseParked(ids, except, now, expires, func(c *store.Call) bool {
+		return c.State == store.CallAwaitingPreview && c.PreviewToken == pv.Token
+	})
+}
+
+// releaseParked releases the calls of ids but except that are still parked
+// behind what parked them.
+func (st *state) releaseParked(ids []string, except string, now time.Time, expires *time.Time, parked func(*store.Call) bool) {
 	for _, id := range ids {
 		if id == except {
 			continue
 		}
-		if r, c := st.call(id); r != nil && c.State == store.CallAwaitingPreview && c.PreviewToken == pv.Token {
+		if r, c := st.call(id); r != nil && parked(c) {
 			st.release(r, c, now, expires)
 		}
 	}
