@@ -536,13 +536,46 @@ func rpcError(err error) error {
 	if !ok {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "internal error"}
 	}
+	code := int64(jsonrpc.CodeInvalidRequest)
 	switch f.Kind {
 	case fault.InvalidArgument, fault.NotFound:
-		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: f.Message}
+		code = jsonrpc.CodeInvalidParams
 	case fault.Internal:
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "internal error"}
 	}
-	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: f.Message}
+	return &jsonrpc.Error{Code: code, Message: faultText(f), Data: faultData(f)}
+}
+
+// faultText is a refusal's message with its reason and each field's
+// problem, as a client shows an error's message and nothing else.
+func faultText(f *fault.Error) string {
+	var b strings.Builder
+	b.WriteString(f.Message)
+	for _, v := range f.Violations {
+		fmt.Fprintf(&b, "; %s: %s", v.Field, v.Description)
+	}
+	if f.Reason != "" {
+		fmt.Fprintf(&b, " (%s)", f.Reason)
+	}
+	return b.String()
+}
+
+// faultData is a refusal's reason and field problems as the error's data:
+// {"reason": …, "violations": [{"field": …, "description": …}]}.
+func faultData(f *fault.Error) json.RawMessage {
+	type violation struct {
+		Field       string `json:"field"`
+		Description string `json:"description"`
+	}
+	d := struct {
+		Reason     string      `json:"reason,omitempty"`
+		Violations []violation `json:"violations,omitempty"`
+	}{Reason: f.Reason}
+	for _, v := range f.Violations {
+		d.Violations = append(d.Violations, violation{v.Field, v.Description})
+	}
+	b, _ := json.Marshal(d) // strings only: cannot fail
+	return b
 }
 
 func invalidParams(msg string) error {

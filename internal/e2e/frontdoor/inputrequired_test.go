@@ -72,7 +72,8 @@ func TestInputRequired(t *testing.T) {
 				c = s.connect(t, clientOptions{version: v2026, principal: principal, urlElicitation: true})
 			}
 			_, err := retryWith(testCtx(t), c, name, args, state, "accept")
-			if err == nil || !strings.Contains(err.Error(), "requestState is refused") || !strings.Contains(err.Error(), want) {
+			if err == nil || !strings.Contains(err.Error(), "requestState is refused") || !strings.Contains(err.Error(), want) ||
+				!strings.Contains(err.Error(), "REQUEST_STATE_INVALID") {
 				t.Fatalf("%s: %v, want a refusal saying %q", what, err, want)
 			}
 		}
