@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	toolsvcv1 "github.com/toolsvc/toolsvc/gen/toolsvc/v1"
+	"github.com/toolsvc/toolsvc/internal/idempotency"
 )
 
 // callInput is what `toolsvc call` was asked to do, kept to print the exact
@@ -190,8 +191,13 @@ func (in *callInput) request(cmd *cobra.Command, argsJSON string, stdinArgs bool
 	}, nil
 }
 
-// parseArgs reads a JSON object.
+// parseArgs reads a JSON object by the server's rule (idempotency.Parse):
+// invalid UTF-8, lone surrogates and duplicate keys are refused here, not
+// quietly replaced or dropped on the way to a server that would refuse them.
 func parseArgs(raw []byte) (*structpb.Struct, error) {
+	if _, _, err := idempotency.Parse(raw); err != nil {
+		return nil, fmt.Errorf("not valid JSON: %w", err)
+	}
 	var v any
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return nil, fmt.Errorf("not valid JSON: %w", err)
@@ -211,7 +217,7 @@ func jsonKind(v any) string {
 		return "an array"
 	case string:
 		return "a string"
-	case float64:
+	case float64, json.Number:
 		return "a number"
 	case bool:
 		return "a boolean"

@@ -184,6 +184,22 @@ func TestCallEcho(t *testing.T) {
 		}
 		mustContain(t, "stdin arguments", out, "echo: from stdin")
 	}
+
+	// Arguments the server would refuse are refused here, as usage, not
+	// changed on the way: a duplicate key, invalid UTF-8, a lone surrogate.
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(bad, []byte("{\"message\": \"a\xffb\"}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"--args", `{"message": "a", "message": "b"}`, "--idempotency-key", "bad-1"},
+		{"--args-file", bad, "--idempotency-key", "bad-2"},
+		{"--args", `{"message": "\ud800"}`, "--idempotency-key", "bad-3"},
+	} {
+		_, stderr := expect(t, exitUsage, addr, append([]string{"call", "echo", "echo"}, args...)...)
+		mustContain(t, "refused arguments", stderr, "not valid JSON")
+		expect(t, exitRPC, addr, "calls", "get", "--idempotency-key", args[len(args)-1])
+	}
 }
 
 // runWithInput executes the command tree with stdin (run reads the real

@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolsvc/toolsvc/internal/auth"
 	"github.com/toolsvc/toolsvc/internal/config"
+	"github.com/toolsvc/toolsvc/internal/idempotency"
 )
 
 // MCP client flags (see docs/mcp.md#the-command-line-client).
@@ -260,8 +261,12 @@ acted).`,
 		RunE: func(cmd *cobra.Command, pos []string) error {
 			var arguments json.RawMessage
 			if strings.TrimSpace(args) != "" {
-				if !json.Valid([]byte(args)) || !strings.HasPrefix(strings.TrimSpace(args), "{") {
-					return usage(fmt.Errorf("--args must be a JSON object, not %q", args))
+				_, v, err := idempotency.Parse([]byte(args))
+				if err != nil {
+					return usage(fmt.Errorf("--args is not valid JSON: %w", err))
+				}
+				if _, ok := v.(map[string]any); !ok {
+					return usage(fmt.Errorf("--args must be a JSON object like {\"name\": \"value\"}, not %s", jsonKind(v)))
 				}
 				arguments = json.RawMessage(args)
 			}
