@@ -62,32 +62,40 @@ func (s *Store) FindParkedCall(ctx context.Context, p store.FindParkedCallParams
 	return c, nil
 }
 
-// claimCallSQL claims a key in one statement: it inserts the call, or, if a
-// RELEASED record with the same fingerprint holds the key, takes that record
-// over (keeping its id and created_at). Any other holder makes the DO UPDATE's
-// WHERE false, so no row comes back and nothing is written; Postgres still
-// locks the holder's row, so reading it next in the same transaction sees the
-// record that won.
+// claimCTEs claims a key in one statement, as the common table expressions
+// ins, took and claimed (the claimed row, if any) of a WITH clause: ins
+// inserts the call; if a record holds the key, ins does nothing and took
+// takes the holder over if it is RELEASED with the same fingerprint
+// (keeping its id and created_at, counting the attempt). Any other holder is
+// left as it is: neither reads it under a lock nor writes to it, so a claim
+// that loses — a replay, a call in progress — writes nothing and commits
+// without a flush of the WAL. (An INSERT … ON CONFLICT DO UPDATE whose
+// WHERE is false still locks the holder's row: a WAL record and a flushed
+// commit for every replay.) A holder committed after the statement's
+// snapshot was taken is not seen by took: the claim loses, and the caller
+// reads the holder again (ClaimCall).
 //
 // The lease ($17, an interval or NULL) runs from the database's clock, which
 // every replica shares (see leaseArg).
-var claimCallSQL = `INSERT INTO calls (` + callColumns + `)
+var claimCTEs = `ins AS (INSERT INTO calls (` + callColumns + `)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, now() + $17::interval, $18, $19, $20, $21, $22, $23, $24,
 		$25, $26, $27)
-	ON CONFLICT ON CONSTRAINT calls_principal_key_uniq DO UPDATE SET
-		fingerprint = EXCLUDED.fingerprint, tool = EXCLUDED.tool, action = EXCLUDED.action,
-		tool_version = EXCLUDED.tool_version, state = EXCLUDED.state, trace_id = EXCLUDED.trace_id,
-		task_id = EXCLUDED.task_id, step_id = EXCLUDED.step_id, risk = EXCLUDED.risk,
-		decision = EXCLUDED.decision, approval_id = EXCLUDED.approval_id,
-		preview_token = EXCLUDED.preview_token, result = EXCLUDED.result,
-		lease_expires_at = EXCLUDED.lease_expires_at,
-		attempt_count = calls.attempt_count + CASE WHEN EXCLUDED.state = 'IN_PROGRESS' THEN 1 ELSE 0 END,
-		resolved_by = EXCLUDED.resolved_by, resolution_comment = EXCLUDED.resolution_comment,
-		updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at, claim_token = EXCLUDED.claim_token,
-		parent_call_id = EXCLUDED.parent_call_id, progress_message = EXCLUDED.progress_message,
-		progress_at = EXCLUDED.progress_at
-	WHERE calls.state = 'RELEASED' AND calls.fingerprint = EXCLUDED.fingerprint
-	RETURNING ` + callColumns
+	ON CONFLICT ON CONSTRAINT calls_principal_key_uniq DO NOTHING
+	RETURNING ` + callColumns + `),
+took AS (UPDATE calls SET
+		fingerprint = $4, tool = $5, action = $6, tool_version = $7, state = $8, trace_id = $9, task_id = $10,
+		step_id = $11, risk = $12, decision = $13, approval_id = $14, preview_token = $15, result = $16,
+		lease_expires_at = now() + $17::interval,
+		attempt_count = calls.attempt_count + CASE WHEN $8 = 'IN_PROGRESS' THEN 1 ELSE 0 END,
+		resolved_by = $19, resolution_comment = $20, updated_at = $22, expires_at = $23, claim_token = $24,
+		parent_call_id = $25, progress_message = $26, progress_at = $27
+	WHERE principal_id = $2 AND idempotency_key = $3 AND state = 'RELEASED' AND fingerprint = $4
+		AND NOT EXISTS (SELECT 1 FROM ins)
+	RETURNING ` + callColumns + `),
+claimed AS (SELECT * FROM ins UNION ALL SELECT * FROM took)`
+
+// claimCallSQL is the claim alone: the claimed row, or none if it lost.
+var claimCallSQL = `WITH ` + claimCTEs + ` SELECT ` + callColumns + ` FROM claimed`
 
 const insertApprovalSQL = `INSERT INTO approvals (` + approvalColumns + `)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`
@@ -105,8 +113,8 @@ const insertPreviewSQL = `INSERT INTO previews (` + previewColumns + `)
 // claimable, it is read again; if it has meanwhile become claimable
 // (released with this fingerprint) or gone, or if an event is refused (which
 // must be reported only once the claim is known to have won), the claim is
-// decided again by claimInTx, the transaction that reads the holder under
-// the lock its claim took.
+// decided again by claimInTx, which tries the claim again with a newer
+// snapshot.
 func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.Call, bool, error) {
 	if p.Call == nil {
 		return nil, false, fmt.Errorf("%w: claim call: no call", store.ErrInvalid)
@@ -240,8 +248,8 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 	return out, claimed, nil
 }
 
-// claimStatement is ClaimCall as one statement: claimCallSQL (arguments
-// args, those of c) as a CTE, and, joined with its row so that they are
+// claimStatement is ClaimCall as one statement: claimCTEs (arguments
+// args, those of c), and, joined with its row so that they are
 // written only if it claimed, the approval or preview (under the kept call
 // id), the events (their call id rewritten to the kept one if the claim took
 // over a released record) and the approval's notification (delivered at
@@ -252,7 +260,7 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 func claimStatement(c *store.Call, p store.ClaimCallParams, args []any, rows *auditRows) (string, []any) {
 	a := stmtArgs(append([]any(nil), args...))
 	var b strings.Builder
-	b.WriteString(`WITH claimed AS (` + claimCallSQL + `)`)
+	b.WriteString(`WITH ` + claimCTEs)
 	// rowFromClaim is an INSERT of vals (columns cols) with the call id, at
 	// index 1, taken from the claimed row.
 	rowFromClaim := func(table, cols string, vals []any) {
@@ -298,8 +306,12 @@ func claimStatement(c *store.Call, p store.ClaimCallParams, args []any, rows *au
 	return b.String(), a
 }
 
+// maxClaimRounds bounds how often claimInTx tries a claim again after
+// reading a holder that its claim's snapshot missed.
+const maxClaimRounds = 3
+
 // claimInTx is ClaimCall as a transaction: the claim, then either the
-// holder's record (read under the lock the claim took) or the approval or
+// holder's record (read after the claim lost) or the approval or
 // preview and the events, batched. It returns the call, whether it claimed,
 // and when it did the events as stored (with Seq and the kept call id).
 func (s *Store) claimInTx(ctx context.Context, p store.ClaimCallParams, c *store.Call, args []any) (*store.Call, bool, []store.AuditEvent, error) {
@@ -317,11 +329,23 @@ func (s *Store) claimInTx(ctx context.Context, p store.ClaimCallParams, c *store
 			}
 		}
 		var err error
-		out, err = scanCall(tx.QueryRow(ctx, claimCallSQL, args...))
-		if isNotFound(err) {
+		for round := 0; ; round++ {
+			out, err = scanCall(tx.QueryRow(ctx, claimCallSQL, args...))
+			if !isNotFound(err) {
+				break
+			}
+			// Lost: read the holder, committed by now. One that the
+			// claim's snapshot missed may be claimable (released with
+			// this fingerprint) or gone; the claim is tried again, with
+			// a newer snapshot, a bounded number of times (each round
+			// sees a holder that moved).
 			claimed = false
 			out, err = scanCall(tx.QueryRow(ctx, getCallByKeySQL, c.PrincipalID, c.IdempotencyKey))
-			if err != nil {
+			switch {
+			case round < maxClaimRounds && (isNotFound(err) ||
+				err == nil && out.State == store.CallReleased && out.Fingerprint == c.Fingerprint):
+				continue
+			case err != nil:
 				return fmt.Errorf("claim call: read the holder of key %q: %w", c.IdempotencyKey, err)
 			}
 			return nil

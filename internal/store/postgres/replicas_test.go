@@ -164,6 +164,63 @@ func TestClaimAcrossReplicas(t *testing.T) {
 	}
 }
 
+// A claim that loses writes nothing, not even a lock on the holder's row:
+// a replay (the holder finished) and a call in progress are answered from a
+// claim that leaves the row as it was. (A locked row is a WAL record, and
+// the commit that follows flushes the WAL: a disk write for every replay.)
+// A claim of a released record with another fingerprint loses the same way.
+func TestLostClaimWritesNothing(t *testing.T) {
+	t.Parallel()
+	s := openReplicas(t, 1)[0]
+	xmax := func(id string) string {
+		t.Helper()
+		var x string
+		if err := s.Pool().QueryRow(t.Context(), `SELECT xmax::text FROM calls WHERE id = $1`, id).Scan(&x); err != nil {
+			t.Fatalf("read xmax: %v", err)
+		}
+		return x
+	}
+	lose := func(key string, holder *store.Call, fingerprint string) {
+		t.Helper()
+		c := newCall(key, store.CallInProgress)
+		if fingerprint != "" {
+			c.Fingerprint = fingerprint
+		}
+		got, ok, err := s.ClaimCall(t.Context(), store.ClaimCallParams{Call: c, Lease: time.Minute,
+			Events: []store.AuditEvent{audit.New(audit.ToolCallAttempted, store.AuditEvent{Time: t0, CallID: c.ID})}})
+		if err != nil || ok || got.ID != holder.ID || got.State != holder.State {
+			t.Fatalf("claim of %q = %+v, %v, %v; want lost to %s (%s)", key, got, ok, err, holder.ID, holder.State)
+		}
+		if x := xmax(holder.ID); x != "0" {
+			t.Fatalf("the lost claim of %q locked or wrote the holder's row (xmax %s)", key, x)
+		}
+		if n := countEvents(t, s, store.AuditFilter{CallID: c.ID}); n != 0 {
+			t.Fatalf("the lost claim of %q stored %d events", key, n)
+		}
+	}
+
+	running := mustClaim(t, s, store.ClaimCallParams{Call: newCall("running", store.CallInProgress), Lease: time.Minute})
+	lose("running", running, "")
+
+	done := mustClaim(t, s, store.ClaimCallParams{Call: newCall("done", store.CallInProgress), Lease: time.Minute})
+	finished, err := s.FinishCall(t.Context(), store.FinishCallParams{
+		CallID: done.ID, Attempt: 1, State: store.CallSucceeded, Now: t0, ExpiresAt: t0.Add(time.Hour),
+	})
+	if err != nil {
+		t.Fatalf("FinishCall: %v", err)
+	}
+	lose("done", finished, "")
+
+	let := mustClaim(t, s, store.ClaimCallParams{Call: newCall("let", store.CallInProgress), Lease: time.Minute})
+	released, err := s.FinishCall(t.Context(), store.FinishCallParams{
+		CallID: let.ID, Attempt: 1, State: store.CallReleased, Now: t0, ExpiresAt: t0.Add(time.Hour),
+	})
+	if err != nil {
+		t.Fatalf("FinishCall: %v", err)
+	}
+	lose("let", released, "another-fingerprint")
+}
+
 // A parked call started from every replica at once starts once: one caller
 // gets the call, the others ErrConflict, the approval (or preview) is
 // consumed once, and only the winner's events are stored.
