@@ -5,6 +5,9 @@
 package audit
 
 import (
+	"encoding/json"
+	"strconv"
+
 	"github.com/google/uuid"
 
 	"github.com/toolsvc/toolsvc/internal/safetext"
@@ -104,4 +107,18 @@ func NewBounded(typ string, ev store.AuditEvent, detail map[string]any, maxDetai
 	ev = New(typ, ev)
 	ev.Detail = EncodeDetail(detail, maxDetail)
 	return ev
+}
+
+// CompleteReplayed completes ev, the event of a replay answered from
+// holder (store.ClaimCallParams.Replayed), from holder: its call id, risk,
+// decision and outcome, and its attempt count and state in the detail.
+func CompleteReplayed(ev *store.AuditEvent, holder *store.Call) error {
+	parts, err := DetailParts(ev.Detail, store.ReplayedAttemptKey, store.ReplayedStateKey)
+	if err != nil {
+		return err
+	}
+	ev.CallID, ev.Risk, ev.Decision, ev.Outcome = holder.ID, holder.Risk, holder.Decision, holder.State.Outcome()
+	ev.Detail = json.RawMessage(parts[0] + strconv.Itoa(holder.AttemptCount) + parts[1] +
+		string(quoteBytes(string(holder.State))) + parts[2])
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -180,4 +181,42 @@ func FuzzEncodeDetail(f *testing.F) {
 		got := EncodeDetail(detail, limit)
 		wantObject(t, got, max(limit, MinDetailMaxBytes))
 	})
+}
+
+// DetailParts opens an encoded detail at keys it does not hold; the parts
+// joined with the keys' values are the detail EncodeDetail writes with them.
+func TestDetailPartsCompleteLikeEncodeDetail(t *testing.T) {
+	details := []map[string]any{
+		nil,
+		{"parent_call_id": "p-1"},
+		{"a": 1, "b<&>": "x\u0000\"y\"", "s": []any{"é", 2.5}, "zz": map[string]any{"attempt": 9}},
+		{"stat": true, "statf": nil, "attemp": "", "attempts": "ü"},
+	}
+	for _, d := range details {
+		for _, attempt := range []int{0, 1, 12345} {
+			for _, state := range []string{"SUCCEEDED", "UNKNOWN"} {
+				parts, err := DetailParts(EncodeDetail(d, 0), "attempt", "state")
+				if err != nil {
+					t.Fatalf("DetailParts(%v): %v", d, err)
+				}
+				if len(parts) != 3 {
+					t.Fatalf("DetailParts(%v) = %d parts, want 3", d, len(parts))
+				}
+				got := parts[0] + strconv.Itoa(attempt) + parts[1] + strconv.Quote(state) + parts[2]
+				whole := map[string]any{"attempt": attempt, "state": state}
+				for k, v := range d {
+					whole[k] = v
+				}
+				if want := string(EncodeDetail(whole, 0)); got != want {
+					t.Fatalf("completed detail\n got %s\nwant %s", got, want)
+				}
+			}
+		}
+	}
+	if _, err := DetailParts(EncodeDetail(map[string]any{"state": "x"}, 0), "attempt", "state"); err == nil {
+		t.Fatal("DetailParts opened a key the detail holds")
+	}
+	if _, err := DetailParts(nil, "state", "attempt"); err == nil {
+		t.Fatal("DetailParts took unsorted keys")
+	}
 }

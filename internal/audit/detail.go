@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -215,3 +216,50 @@ func quoteBytes(s string) []byte {
 
 // depth returns how deeply the JSON text b nests objects and arrays.
 func depth(b []byte) int { return safetext.Depth(b) }
+
+// DetailParts returns detail (as EncodeDetail encodes it; nil for none)
+// opened at keys, which it must not hold: len(keys)+1 texts between which
+// the encodings of the keys' values, in the order of keys (sorted), give
+// the detail with those keys set, byte for byte as EncodeDetail encodes it
+// within its bounds. It lets a store complete an event's detail with values
+// only it knows (ClaimCallParams.Replayed).
+func DetailParts(detail json.RawMessage, keys ...string) ([]string, error) {
+	if !slices.IsSorted(keys) {
+		return nil, fmt.Errorf("audit: detail keys %q are not sorted", keys)
+	}
+	fields := map[string]json.RawMessage{}
+	if len(detail) > 0 {
+		if err := json.Unmarshal(detail, &fields); err != nil {
+			return nil, fmt.Errorf("audit: the detail is not a JSON object: %w", err)
+		}
+	}
+	all := make([]string, 0, len(fields)+len(keys))
+	for k := range fields {
+		all = append(all, k)
+	}
+	for _, k := range keys {
+		if _, ok := fields[k]; ok {
+			return nil, fmt.Errorf("audit: the detail already holds %q", k)
+		}
+		all = append(all, k)
+	}
+	slices.Sort(all)
+	parts := make([]string, 0, len(keys)+1)
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, k := range all {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(quoteBytes(k))
+		b.WriteByte(':')
+		if v, ok := fields[k]; ok {
+			b.Write(v)
+			continue
+		}
+		parts = append(parts, b.String())
+		b.Reset()
+	}
+	b.WriteByte('}')
+	return append(parts, b.String()), nil
+}

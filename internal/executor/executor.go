@@ -278,6 +278,10 @@ type call struct {
 	// of its steps (the call is parked behind that step's preview): its
 	// steps get it (nesting.previewToken).
 	childToken string
+	// replayed is the replay's event the claim was given
+	// (store.ClaimCallParams.Replayed): stored with it (Seq set) when the
+	// claim lost to a stored outcome that answers this request.
+	replayed *store.AuditEvent
 }
 
 // Execute runs one call through the pipeline. Decisions the agent must act

@@ -101,7 +101,7 @@ func (e *Executor) readBack(base context.Context, rec *store.Call, o finished) (
 		return recorded{err: fault.CallInProgress(cur.IdempotencyKey, cur.ID, inProgressRetry)}, nil
 	}
 	return recorded{resp: &Response{
-		CallID: cur.ID, IdempotencyKey: cur.IdempotencyKey, Outcome: outcomeOf(cur.State),
+		CallID: cur.ID, IdempotencyKey: cur.IdempotencyKey, Outcome: cur.State.Outcome(),
 		Result: cur.Result, Risk: cur.Risk, Decision: cur.Decision, Attempt: cur.AttemptCount,
 	}}, nil
 }

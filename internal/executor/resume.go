@@ -72,11 +72,14 @@ func (e *Executor) resume(ctx context.Context, c *call, ex *store.Call) (resp *R
 
 // replay answers a call that has a stored outcome.
 func (e *Executor) replay(ctx context.Context, c *call, ex *store.Call) (*Response, error) {
-	outcome := outcomeOf(ex.State)
+	outcome := ex.State.Outcome()
 	c.risk, c.decision = ex.Risk, ex.Decision
-	if err := e.appendEvents(ctx, e.event(c, audit.ToolCallDeduped, outcome,
-		map[string]any{"attempt": ex.AttemptCount, "state": string(ex.State)})); err != nil {
-		return nil, err
+	if stored := c.replayed != nil && c.replayed.Seq != 0 && c.replayed.CallID == ex.ID; !stored {
+		err := e.appendEvents(ctx, e.event(c, audit.ToolCallDeduped, outcome,
+			map[string]any{store.ReplayedAttemptKey: ex.AttemptCount, store.ReplayedStateKey: string(ex.State)}))
+		if err != nil {
+			return nil, err
+		}
 	}
 	return &Response{
 		CallID: ex.ID, IdempotencyKey: ex.IdempotencyKey, Outcome: outcome, Deduped: true,
@@ -223,21 +226,6 @@ func (e *Executor) releaseParked(ctx context.Context, c *call, ex *store.Call, a
 		return e.storeErr(ctx, c, err)
 	}
 	return nil
-}
-
-// outcomeOf maps a final call state (store.CallState.Final) to the outcome
-// replayed for it.
-func outcomeOf(s store.CallState) store.Outcome {
-	switch s {
-	case store.CallSucceeded:
-		return store.OutcomeSucceeded
-	case store.CallFailed:
-		return store.OutcomeFailed
-	case store.CallDenied:
-		return store.OutcomeDenied
-	default:
-		return store.OutcomeUnknown
-	}
 }
 
 // presentedToken is the preview token c's request presented, or the one its

@@ -143,7 +143,15 @@ func (e *Executor) reserve(ctx context.Context, c *call, token string, now time.
 		var claimed bool
 		r := e.newRecord(c, store.CallInProgress, now)
 		r.ClaimToken = token
-		rec, claimed, err = e.st.ClaimCall(wctx, store.ClaimCallParams{Call: r, Lease: e.idem.Lease, Events: events})
+		p := store.ClaimCallParams{Call: r, Lease: e.idem.Lease, Events: events}
+		if c.keyGiven && c.req.ApprovalID == "" {
+			// A key the caller chose may be a retry: if it holds a stored
+			// outcome, the replay's event is stored with the claim, in its
+			// commit (replay). A key the server chose is new.
+			ev := e.event(c, audit.ToolCallDeduped, "", nil)
+			c.replayed, p.Replayed = &ev, &ev
+		}
+		rec, claimed, err = e.st.ClaimCall(wctx, p)
 		if err == nil && !claimed {
 			return nil, rec, nil
 		}

@@ -463,7 +463,25 @@ type ClaimCallParams struct {
 	// with the claim: concurrent claims of one principal never pass them
 	// together.
 	Limits ParkLimits
+	// Replayed, if set, is the event of a replay, stored with the claim (in
+	// the same commit) when the claim loses to a record that has an outcome
+	// (State.Final) and the same tool, action and fingerprint as Call. The
+	// store completes it from that record: CallID, Risk and Decision are
+	// the record's, Outcome is its State.Outcome, and Detail (a JSON object
+	// without those keys) gets the keys ReplayedAttemptKey (the record's
+	// attempt count) and ReplayedStateKey (its state), encoded as
+	// audit.EncodeDetail encodes. A stored event is written back completed,
+	// with its Seq; one not stored keeps Seq 0 — a store may also decline
+	// (a holder its claim did not see, a claim decided in a transaction),
+	// and the caller then appends the event itself.
+	Replayed *AuditEvent
 }
+
+// The keys ClaimCallParams.Replayed's Detail is completed with.
+const (
+	ReplayedAttemptKey = "attempt"
+	ReplayedStateKey   = "state"
+)
 
 // StartParkedCallParams are StartParkedCall's inputs.
 type StartParkedCallParams struct {

@@ -186,6 +186,31 @@ func (s CallState) Final() bool {
 	return s == CallSucceeded || s == CallFailed || s == CallUnknown || s == CallDenied
 }
 
+// ReplayedBy reports whether holder, the record holding c's key, answers
+// c as a replay: it has an outcome, for the same tool, action and
+// fingerprint (ClaimCallParams.Replayed).
+func (c *Call) ReplayedBy(holder *Call) bool {
+	return holder.State.Final() && holder.Tool == c.Tool && holder.Action == c.Action && holder.Fingerprint == c.Fingerprint
+}
+
+// FinalStates are the states Final reports, in a fixed order.
+var FinalStates = []CallState{CallSucceeded, CallFailed, CallUnknown, CallDenied}
+
+// Outcome is the outcome a call in state s answers with when it is
+// replayed: its own for a final state, UNKNOWN for any other.
+func (s CallState) Outcome() Outcome {
+	switch s {
+	case CallSucceeded:
+		return OutcomeSucceeded
+	case CallFailed:
+		return OutcomeFailed
+	case CallDenied:
+		return OutcomeDenied
+	default:
+		return OutcomeUnknown
+	}
+}
+
 // Outcome is what became of one ExecuteTool request.
 type Outcome string
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/safetext"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
@@ -106,8 +107,9 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 	}
 
 	var (
-		out     *store.Call
-		claimed bool
+		out      *store.Call
+		claimed  bool
+		replayed *store.AuditEvent
 	)
 	err = s.write(ctx, func(tx *tx) error {
 		st := tx.st
@@ -119,6 +121,9 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 		if r, ok := st.callKeys[key]; ok {
 			if r.state() != store.CallReleased || r.str(cfFingerprint) != call.Fingerprint {
 				out = r.call()
+				if p.Replayed != nil && call.ReplayedBy(out) {
+					replayed = st.storeReplayed(*p.Replayed, out)
+				}
 				return nil
 			}
 			heldRec, held = r, r.call()
@@ -197,6 +202,9 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 	if err != nil {
 		return nil, false, err
 	}
+	if replayed != nil {
+		*p.Replayed = *replayed
+	}
 	if claimed && out.ID != p.Call.ID {
 		// The contract has the store rewrite the caller's identifiers to
 		// the kept record's, so that what the caller built refers to it.
@@ -212,6 +220,21 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 		}
 	}
 	return out, claimed, nil
+}
+
+// storeReplayed stores ev, the event of a replay answered from holder,
+// completed from it (store.ClaimCallParams.Replayed), and returns it as
+// stored; nil if it cannot be stored, for the caller to append it itself.
+func (st *state) storeReplayed(ev store.AuditEvent, holder *store.Call) *store.AuditEvent {
+	if err := audit.CompleteReplayed(&ev, holder); err != nil {
+		return nil
+	}
+	events, err := importEvents([]store.AuditEvent{ev})
+	if err != nil || st.checkEvents(events) != nil {
+		return nil
+	}
+	st.appendEvents(events)
+	return events[0]
 }
 
 // StartParkedCall implements store.CallStore.

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/toolsvc/toolsvc/internal/audit"
 	"github.com/toolsvc/toolsvc/internal/store"
 )
 
@@ -165,28 +167,43 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 			return nil, false, err
 		}
 	} else if rows, err := newAuditRows(p.Events); err == nil {
-		q, qargs := claimStatement(&c, p, args, rows)
+		rep := newReplayedRow(p.Replayed)
 		var (
 			row      *store.Call
 			won      bool
 			ids      []string
 			seqs     []int64
 			notified *int64
+			repSeq   *int64
 		)
-		err := s.commitGrouped(ctx, &groupStmt{sql: q, args: qargs, order: "1" + c.PrincipalID + "\x00" + c.IdempotencyKey,
-			scan: func(r pgx.Rows) error {
-				row, won, ids, seqs = nil, false, nil, nil
-				if !r.Next() {
-					return nil
-				}
-				dst := []any{&won, &ids, &seqs}
-				if p.Approval != nil {
-					dst = append(dst, &notified)
-				}
-				var err error
-				row, err = scanCall(r, dst...)
-				return err
-			}})
+		claim := func(rep *replayedRow) error {
+			q, qargs := claimStatement(&c, p, args, rows, rep)
+			return s.commitGrouped(ctx, &groupStmt{sql: q, args: qargs, order: "1" + c.PrincipalID + "\x00" + c.IdempotencyKey,
+				scan: func(r pgx.Rows) error {
+					row, won, ids, seqs, notified, repSeq = nil, false, nil, nil, nil, nil
+					if !r.Next() {
+						return nil
+					}
+					dst := []any{&won, &ids, &seqs}
+					if p.Approval != nil {
+						dst = append(dst, &notified)
+					}
+					if rep != nil {
+						dst = append(dst, &repSeq)
+					}
+					var err error
+					row, err = scanCall(r, dst...)
+					return err
+				}})
+		}
+		err := claim(rep)
+		if err != nil && rep != nil && !errors.Is(err, store.ErrUnavailable) {
+			// The statement was refused, so nothing of it committed: the
+			// claim goes on without the replay's event, which the caller
+			// then appends itself (and is told why it cannot).
+			err = claim(nil)
+			rep = nil
+		}
 		switch {
 		case err != nil:
 			return nil, false, fmt.Errorf("claim call %q: %w", c.ID, err)
@@ -202,7 +219,16 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 				return nil, false, fmt.Errorf("claim call %q: %w", c.ID, err)
 			}
 		case row != nil && (row.State != store.CallReleased || row.Fingerprint != c.Fingerprint):
-			// Lost, and the statement saw the holder: nothing was written.
+			// Lost, and the statement saw the holder: nothing was written
+			// but, if the holder answers it as a replay, the replay's event.
+			if rep != nil && repSeq != nil {
+				ev := rep.ev
+				if err := audit.CompleteReplayed(&ev, row); err != nil {
+					return nil, false, fmt.Errorf("claim call %q: %w", c.ID, err)
+				}
+				ev.Seq = *repSeq
+				*p.Replayed = ev
+			}
 			return row, false, nil
 		default:
 			// Lost, and the holder was not visible to the statement
@@ -257,7 +283,7 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 // and seqs; if the claim lost, the holder, false (no row if the holder is
 // not in the statement's snapshot). The approval's foreign key is checked at
 // the end of the statement, when the call row exists.
-func claimStatement(c *store.Call, p store.ClaimCallParams, args []any, rows *auditRows) (string, []any) {
+func claimStatement(c *store.Call, p store.ClaimCallParams, args []any, rows *auditRows, rep *replayedRow) (string, []any) {
 	a := stmtArgs(append([]any(nil), args...))
 	var b strings.Builder
 	b.WriteString(`WITH ` + claimCTEs)
@@ -287,6 +313,12 @@ func claimStatement(c *store.Call, p store.ClaimCallParams, args []any, rows *au
 		rowFromClaim("previews", previewColumns, previewArgs(p.Preview))
 		b.WriteString(`)`)
 	}
+	principal, key := a.add(c.PrincipalID), a.add(c.IdempotencyKey)
+	holder := `FROM calls h WHERE h.principal_id = ` + principal + ` AND h.idempotency_key = ` + key +
+		` AND NOT EXISTS (SELECT 1 FROM claimed)`
+	if rep != nil {
+		b.WriteString(`, rep AS (` + rep.insertSQL(&a, c, holder) + `)`)
+	}
 	callID := a.add(c.ID)
 	b.WriteString(`, ev AS (` + rows.insertSQL(&a, "claimed c", `CASE WHEN c.id = `+callID+` THEN e.call_id ELSE c.id END`) + `)
 		SELECT ` + qualified("c", callColumns) + `, true, stored.ids, stored.seqs`)
@@ -294,16 +326,82 @@ func claimStatement(c *store.Call, p store.ClaimCallParams, args []any, rows *au
 		b.WriteString(`, (SELECT count(pg_notify(` + a.add(notifyChannel) + `, ` +
 			a.add(string(store.TopicApprovals)+":") + ` || id)) FROM approval)`)
 	}
+	if rep != nil {
+		b.WriteString(`, NULL::bigint`)
+	}
 	b.WriteString(` FROM claimed c, ` + storedEvents)
 	// A claim that lost answers with the holder as the statement's snapshot
-	// has it, if it has it (a holder committed before the statement began).
+	// has it, if it has it (a holder committed before the statement began),
+	// and the seq of the replay's event if it stored one.
 	b.WriteString(` UNION ALL SELECT ` + qualified("h", callColumns) + `, false, NULL::text[], NULL::bigint[]`)
 	if p.Approval != nil {
 		b.WriteString(`, NULL::bigint`)
 	}
-	b.WriteString(` FROM calls h WHERE h.principal_id = ` + a.add(c.PrincipalID) + ` AND h.idempotency_key = ` +
-		a.add(c.IdempotencyKey) + ` AND NOT EXISTS (SELECT 1 FROM claimed)`)
+	if rep != nil {
+		b.WriteString(`, (SELECT seq FROM rep)`)
+	}
+	b.WriteString(` ` + holder)
 	return b.String(), a
+}
+
+// replayedRow is ClaimCallParams.Replayed as claimStatement stores it.
+type replayedRow struct {
+	ev store.AuditEvent
+	// detail is the event's detail opened at the holder's attempt count
+	// and state (audit.DetailParts).
+	detail []string
+}
+
+// newReplayedRow returns ev ready for claimStatement, or nil (the store
+// declines to store it) if it is nil or cannot be stored as it is.
+func newReplayedRow(ev *store.AuditEvent) *replayedRow {
+	if ev == nil || ev.ID == "" {
+		return nil
+	}
+	parts, err := audit.DetailParts(ev.Detail, store.ReplayedAttemptKey, store.ReplayedStateKey)
+	if err != nil {
+		return nil
+	}
+	return &replayedRow{ev: *ev, detail: parts}
+}
+
+// replayedOutcomeSQL is store.CallState.Outcome of h.state, for the final
+// states.
+var replayedOutcomeSQL = func() string {
+	var b strings.Builder
+	b.WriteString(`CASE h.state`)
+	for _, st := range store.FinalStates {
+		b.WriteString(` WHEN '` + string(st) + `' THEN '` + string(st.Outcome()) + `'`)
+	}
+	b.WriteString(` END`)
+	return b.String()
+}()
+
+// finalStatesSQL lists store.FinalStates as SQL.
+var finalStatesSQL = func() string {
+	q := make([]string, len(store.FinalStates))
+	for i, st := range store.FinalStates {
+		q[i] = `'` + string(st) + `'`
+	}
+	return `(` + strings.Join(q, ", ") + `)`
+}()
+
+// insertSQL stores the event, completed from the holder h that holder (a
+// FROM … WHERE over calls h) selects, if h answers c as a replay
+// (store.Call.ReplayedBy), as audit.CompleteReplayed completes it; it
+// returns the event's seq.
+func (r *replayedRow) insertSQL(a *stmtArgs, c *store.Call, holder string) string {
+	e := &r.ev
+	return `INSERT INTO audit_events
+		(id, time, type, call_id, trace_id, task_id, step_id, principal, tool, action, risk, decision, outcome, detail)
+		SELECT ` + a.add(e.ID) + `, ` + a.add(e.Time) + `::timestamptz, ` + a.add(e.Type) + `, h.id, ` +
+		a.add(e.TraceID) + `, ` + a.add(e.TaskID) + `, ` + a.add(e.StepID) + `, ` + a.add(e.Principal) + `, ` +
+		a.add(e.Tool) + `, ` + a.add(e.Action) + `, h.risk, h.decision, ` + replayedOutcomeSQL + `,
+			(` + a.add(r.detail[0]) + `::text || h.attempt_count::text || ` + a.add(r.detail[1]) +
+		`::text || to_json(h.state::text)::text || ` + a.add(r.detail[2]) + `::text)::json ` +
+		holder + ` AND h.state IN ` + finalStatesSQL + ` AND h.tool = ` + a.add(c.Tool) +
+		` AND h.action = ` + a.add(c.Action) + ` AND h.fingerprint = ` + a.add(c.Fingerprint) + `
+		RETURNING seq`
 }
 
 // maxClaimRounds bounds how often claimInTx tries a claim again after

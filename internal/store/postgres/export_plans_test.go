@@ -31,7 +31,9 @@ func HotStatements() []HotStatement {
 	if err != nil {
 		panic(err)
 	}
-	claimSQL, claimArgs := claimStatement(c, store.ClaimCallParams{Call: c, Lease: time.Minute, Events: events}, args, rows)
+	replayed := &store.AuditEvent{ID: "plan-replay", Type: "tool_call.deduped", Time: now, Principal: "plan-p"}
+	claimSQL, claimArgs := claimStatement(c, store.ClaimCallParams{Call: c, Lease: time.Minute, Events: events, Replayed: replayed},
+		args, rows, newReplayedRow(replayed))
 	result := `{"success":true}`
 	fp := store.FinishCallParams{CallID: c.ID, Attempt: 1, State: store.CallSucceeded, Now: now, ExpiresAt: now.Add(time.Hour),
 		Events: events, History: &store.TaskHistoryEntry{PrincipalID: "plan-p", TaskID: "t", CallID: c.ID, Tool: "files", Action: "write", At: now}}

@@ -207,13 +207,42 @@ func testClaimHeld(t *testing.T, s store.Store) {
 	for i, tc := range setups {
 		held := tc.setup(newCall("agent-1", "k-"+itoa(i), store.CallInProgress))
 		before := getCall(t, s, held.ID)
-		for _, fp := range []string{held.Fingerprint, "fp-other"} {
+		for j, fp := range []string{held.Fingerprint, "fp-other", held.Fingerprint} {
 			c := newCall("agent-1", held.IdempotencyKey, store.CallInProgress)
 			c.Fingerprint = fp
+			if j == 2 {
+				c.Action = "another-action"
+			}
 			newID := c.ID
 			ev := newEvent(audit.ToolCallAttempted, c.ID)
-			got, ok, err := s.ClaimCall(ctx, store.ClaimCallParams{Lease: longLease, Call: c, Events: []store.AuditEvent{ev}})
+			// The replay's event, stored with the claim only if the holder
+			// answers it as a replay: it has an outcome, for the same tool,
+			// action and fingerprint.
+			replayed := newEvent(audit.ToolCallDeduped, "")
+			replayed.Risk, replayed.Decision, replayed.Outcome = toolkit.RiskUnspecified, "", ""
+			sent := replayed
+			got, ok, err := s.ClaimCall(ctx, store.ClaimCallParams{Lease: longLease, Call: c, Events: []store.AuditEvent{ev},
+				Replayed: &replayed})
 			noErr(t, tc.name+": ClaimCall of a held key", err)
+			if before.State.Final() && j == 0 {
+				want := sent
+				if err := audit.CompleteReplayed(&want, before); err != nil {
+					t.Fatalf("CompleteReplayed: %v", err)
+				}
+				if replayed.Seq == 0 {
+					t.Fatalf("%s: the replay's event was not stored with the lost claim", tc.name)
+				}
+				stored := wantEvents(t, s, store.AuditFilter{AfterSeq: replayed.Seq - 1, Limit: 1}, want)
+				if string(stored[0].Detail) != string(want.Detail) || string(replayed.Detail) != string(want.Detail) ||
+					replayed.CallID != held.ID || replayed.Outcome != before.State.Outcome() {
+					t.Fatalf("%s: replay's event stored %s, written back %+v; want detail %s", tc.name, stored[0].Detail, replayed, want.Detail)
+				}
+			} else {
+				if replayed.Seq != 0 || replayed.CallID != "" {
+					t.Fatalf("%s: a claim lost to a holder that does not replay it stored the replay's event (%+v)", tc.name, replayed)
+				}
+				wantNoEvents(t, s, replayed)
+			}
 			if ok {
 				t.Fatalf("%s: a key held in state %s was claimed again (fingerprint %s)", tc.name, before.State, fp)
 			}
