@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,8 +24,9 @@ func (s *Store) AppendAuditEvents(ctx context.Context, events []store.AuditEvent
 	if err != nil {
 		return fmt.Errorf("append audit events: %w", err)
 	}
-	var args stmtArgs
-	q := rows.insertSQL(&args, "", "e.call_id")
+	st, text := newStmt(&appendTexts, 0)
+	rows.insertSQL(st, "", "e.call_id")
+	q, args := st.finish(&appendTexts, 0, text), st.args
 	var ids []string
 	var seqs []int64
 	err = s.commitGrouped(ctx, &groupStmt{sql: q, args: args, scan: func(r pgx.Rows) error {
@@ -104,29 +106,32 @@ func newAuditRows(events []store.AuditEvent) (*auditRows, error) {
 	return r, nil
 }
 
-// insertSQL is the INSERT that stores the rows, returning (id, seq) of each;
-// its arguments are added to args. If from is set (a CTE with at most one
-// row, aliased), the events are joined with it: they are stored only if it
-// has a row, and callID (SQL) may take the call id from it; otherwise callID
-// is "e.call_id", the events' own.
-func (r *auditRows) insertSQL(args *stmtArgs, from, callID string) string {
+// insertSQL writes to st the INSERT that stores the rows, returning (id,
+// seq) of each. If from is set (a CTE with at most one row, aliased), the
+// events are joined with it: they are stored only if it has a row, and
+// callID (SQL) may take the call id from it; otherwise callID is
+// "e.call_id", the events' own.
+func (r *auditRows) insertSQL(st *stmt, from, callID string) {
 	if from != "" {
 		from += ", "
 	}
-	return `INSERT INTO audit_events
+	st.sql(`INSERT INTO audit_events
 		(id, time, type, call_id, trace_id, task_id, step_id, principal, tool, action, risk, decision, outcome, detail)
-		SELECT e.id, e.time, e.type, ` + callID + `, e.trace_id, e.task_id, e.step_id, e.principal, e.tool,
+		SELECT e.id, e.time, e.type, `, callID, `, e.trace_id, e.task_id, e.step_id, e.principal, e.tool,
 			e.action, e.risk, e.decision, e.outcome, e.detail::json
-		FROM ` + from + `unnest(` + args.add(r.ids) + `::text[], ` + args.add(r.times) + `::timestamptz[], ` +
-		args.add(r.types) + `::text[], ` + args.add(r.callIDs) + `::text[], ` + args.add(r.traceIDs) + `::text[], ` +
-		args.add(r.taskIDs) + `::text[], ` + args.add(r.stepIDs) + `::text[], ` + args.add(r.principals) + `::text[], ` +
-		args.add(r.tools) + `::text[], ` + args.add(r.actions) + `::text[], ` + args.add(r.risks) + `::text[], ` +
-		args.add(r.decisions) + `::text[], ` + args.add(r.outcomes) + `::text[], ` + args.add(r.details) + `::text[])
+		FROM `, from, `unnest(`, st.arg(r.ids), `::text[], `, st.arg(r.times), `::timestamptz[], `,
+		st.arg(r.types), `::text[], `, st.arg(r.callIDs), `::text[], `, st.arg(r.traceIDs), `::text[], `,
+		st.arg(r.taskIDs), `::text[], `, st.arg(r.stepIDs), `::text[], `, st.arg(r.principals), `::text[], `,
+		st.arg(r.tools), `::text[], `, st.arg(r.actions), `::text[], `, st.arg(r.risks), `::text[], `,
+		st.arg(r.decisions), `::text[], `, st.arg(r.outcomes), `::text[], `, st.arg(r.details), `::text[])
 			WITH ORDINALITY AS e(id, time, type, call_id, trace_id, task_id, step_id, principal, tool, action,
 				risk, decision, outcome, detail, ord)
 		ORDER BY e.ord
-		RETURNING id, seq`
+		RETURNING id, seq`)
 }
+
+// appendTexts keeps the text of AppendAuditEvents's statement.
+var appendTexts sync.Map
 
 // setSeqs sets the Seq of each event from the (id, seq) pairs its INSERT
 // returned. Event IDs are unique within a stored batch (the column is), so

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -64,27 +65,28 @@ func (s *Store) FindParkedCall(ctx context.Context, p store.FindParkedCallParams
 	return c, nil
 }
 
-// claimCTEs claims a key in one statement, as the common table expressions
-// ins, took and claimed (the claimed row, if any) of a WITH clause: ins
-// inserts the call; if a record holds the key, ins does nothing and took
-// takes the holder over if it is RELEASED with the same fingerprint
-// (keeping its id and created_at, counting the attempt). Any other holder is
-// left as it is: neither reads it under a lock nor writes to it, so a claim
-// that loses — a replay, a call in progress — writes nothing and commits
-// without a flush of the WAL. (An INSERT … ON CONFLICT DO UPDATE whose
-// WHERE is false still locks the holder's row: a WAL record and a flushed
-// commit for every replay.) A holder committed after the statement's
-// snapshot was taken is not seen by took: the claim loses, and the caller
-// reads the holder again (ClaimCall).
+// insertClaimCTE claims a free key, as the common table expression ins of a
+// WITH clause: it inserts the call, or does nothing if a record holds the
+// key. It neither reads the holder under a lock nor writes to it, so a
+// claim that loses — a replay, a call in progress — writes nothing and
+// commits without a flush of the WAL. (An INSERT … ON CONFLICT DO UPDATE
+// whose WHERE is false still locks the holder's row: a WAL record and a
+// flushed commit for every replay.)
 //
 // The lease ($17, an interval or NULL) runs from the database's clock, which
 // every replica shares (see leaseArg).
-var claimCTEs = `ins AS (INSERT INTO calls (` + callColumns + `)
+var insertClaimCTE = `ins AS (INSERT INTO calls (` + callColumns + `)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, now() + $17::interval, $18, $19, $20, $21, $22, $23, $24,
 		$25, $26, $27)
 	ON CONFLICT ON CONSTRAINT calls_principal_key_uniq DO NOTHING
-	RETURNING ` + callColumns + `),
-took AS (UPDATE calls SET
+	RETURNING ` + callColumns + `)`
+
+// takeoverCTE, after insertClaimCTE (same arguments), is took: it takes the
+// holder over if it is RELEASED with the same fingerprint, keeping its id
+// and created_at and counting the attempt. A holder committed after the
+// statement's snapshot was taken is not seen: the claim loses, and the
+// caller reads the holder again.
+const takeoverCTE = `took AS (UPDATE calls SET
 		fingerprint = $4, tool = $5, action = $6, tool_version = $7, state = $8, trace_id = $9, task_id = $10,
 		step_id = $11, risk = $12, decision = $13, approval_id = $14, preview_token = $15, result = $16,
 		lease_expires_at = now() + $17::interval,
@@ -93,11 +95,15 @@ took AS (UPDATE calls SET
 		parent_call_id = $25, progress_message = $26, progress_at = $27
 	WHERE principal_id = $2 AND idempotency_key = $3 AND state = 'RELEASED' AND fingerprint = $4
 		AND NOT EXISTS (SELECT 1 FROM ins)
-	RETURNING ` + callColumns + `),
-claimed AS (SELECT * FROM ins UNION ALL SELECT * FROM took)`
+	RETURNING ` + callColumns + `)`
 
-// claimCallSQL is the claim alone: the claimed row, or none if it lost.
-var claimCallSQL = `WITH ` + claimCTEs + ` SELECT ` + callColumns + ` FROM claimed`
+// claimCallSQL is the whole claim (arguments those of callColumns): the
+// claimed row — inserted, or a released record taken over — or none if it
+// lost. The hot path's claimStatement leaves the takeover out (it is rare,
+// and a second data-modifying CTE on calls costs every claim its start-up);
+// a claim that finds a released record it may take over comes here.
+var claimCallSQL = `WITH ` + insertClaimCTE + `, ` + takeoverCTE + `
+	SELECT ` + callColumns + ` FROM ins UNION ALL SELECT ` + callColumns + ` FROM took`
 
 const insertApprovalSQL = `INSERT INTO approvals (` + approvalColumns + `)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`
@@ -116,7 +122,7 @@ const insertPreviewSQL = `INSERT INTO previews (` + previewColumns + `)
 // (released with this fingerprint) or gone, or if an event is refused (which
 // must be reported only once the claim is known to have won), the claim is
 // decided again by claimInTx, which tries the claim again with a newer
-// snapshot.
+// snapshot and is where a released record is taken over.
 func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.Call, bool, error) {
 	if p.Call == nil {
 		return nil, false, fmt.Errorf("%w: claim call: no call", store.ErrInvalid)
@@ -274,7 +280,7 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 	return out, claimed, nil
 }
 
-// claimStatement is ClaimCall as one statement: claimCTEs (arguments
+// claimStatement is ClaimCall as one statement: insertClaimCTE (arguments
 // args, those of c), and, joined with its row so that they are
 // written only if it claimed, the approval or preview (under the kept call
 // id), the events (their call id rewritten to the kept one if the claim took
@@ -284,65 +290,81 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 // not in the statement's snapshot). The approval's foreign key is checked at
 // the end of the statement, when the call row exists.
 func claimStatement(c *store.Call, p store.ClaimCallParams, args []any, rows *auditRows, rep *replayedRow) (string, []any) {
-	a := stmtArgs(append([]any(nil), args...))
-	var b strings.Builder
-	b.WriteString(`WITH ` + claimCTEs)
+	key := claimShape{approval: p.Approval != nil, preview: p.Preview != nil, replayed: rep != nil}
+	st, text := newStmt(&claimTexts, key, append(make([]any, 0, len(args)+64), args...)...)
+	st.sql(`WITH `, insertClaimCTE, `, claimed AS (SELECT * FROM ins)`)
 	// rowFromClaim is an INSERT of vals (columns cols) with the call id, at
 	// index 1, taken from the claimed row.
 	rowFromClaim := func(table, cols string, vals []any) {
-		b.WriteString(`INSERT INTO ` + table + ` (` + cols + `) SELECT `)
+		st.sql(`INSERT INTO `, table, ` (`, cols, `) SELECT `)
 		for i, v := range vals {
 			if i > 0 {
-				b.WriteString(", ")
+				st.sql(", ")
 			}
 			if i == 1 {
-				b.WriteString("c.id")
+				st.sql("c.id")
 			} else {
-				b.WriteString(a.add(v))
+				st.sql(st.arg(v))
 			}
 		}
-		b.WriteString(` FROM claimed c`)
+		st.sql(` FROM claimed c`)
 	}
-	if p.Approval != nil {
-		b.WriteString(`, approval AS (`)
+	if key.approval {
+		st.sql(`, approval AS (`)
 		rowFromClaim("approvals", approvalColumns, approvalArgs(p.Approval))
-		b.WriteString(` RETURNING id)`)
+		st.sql(` RETURNING id)`)
 	}
-	if p.Preview != nil {
-		b.WriteString(`, preview AS (`)
+	if key.preview {
+		st.sql(`, preview AS (`)
 		rowFromClaim("previews", previewColumns, previewArgs(p.Preview))
-		b.WriteString(`)`)
+		st.sql(`)`)
 	}
-	principal, key := a.add(c.PrincipalID), a.add(c.IdempotencyKey)
-	holder := `FROM calls h WHERE h.principal_id = ` + principal + ` AND h.idempotency_key = ` + key +
-		` AND NOT EXISTS (SELECT 1 FROM claimed)`
-	if rep != nil {
-		b.WriteString(`, rep AS (` + rep.insertSQL(&a, c, holder) + `)`)
+	// The holder, as the statement's snapshot has it, if it has it (a
+	// holder committed before the statement began) and the claim lost.
+	holder := func() {
+		st.sql(` FROM calls h WHERE h.principal_id = $2 AND h.idempotency_key = $3 AND NOT EXISTS (SELECT 1 FROM claimed)`)
 	}
-	callID := a.add(c.ID)
-	b.WriteString(`, ev AS (` + rows.insertSQL(&a, "claimed c", `CASE WHEN c.id = `+callID+` THEN e.call_id ELSE c.id END`) + `)
-		SELECT ` + qualified("c", callColumns) + `, true, stored.ids, stored.seqs`)
-	if p.Approval != nil {
-		b.WriteString(`, (SELECT count(pg_notify(` + a.add(notifyChannel) + `, ` +
-			a.add(string(store.TopicApprovals)+":") + ` || id)) FROM approval)`)
+	if key.replayed {
+		st.sql(`, rep AS (`)
+		rep.insertSQL(st, holder)
+		st.sql(`)`)
 	}
-	if rep != nil {
-		b.WriteString(`, NULL::bigint`)
+	st.sql(`, ev AS (`)
+	rows.insertSQL(st, "claimed c", `CASE WHEN c.id = $1 THEN e.call_id ELSE c.id END`)
+	st.sql(`) SELECT `, claimedColumns, `, true, stored.ids, stored.seqs`)
+	if key.approval {
+		st.sql(`, (SELECT count(pg_notify(`, st.arg(notifyChannel), `, `,
+			st.arg(string(store.TopicApprovals)+":"), ` || id)) FROM approval)`)
 	}
-	b.WriteString(` FROM claimed c, ` + storedEvents)
-	// A claim that lost answers with the holder as the statement's snapshot
-	// has it, if it has it (a holder committed before the statement began),
-	// and the seq of the replay's event if it stored one.
-	b.WriteString(` UNION ALL SELECT ` + qualified("h", callColumns) + `, false, NULL::text[], NULL::bigint[]`)
-	if p.Approval != nil {
-		b.WriteString(`, NULL::bigint`)
+	if key.replayed {
+		st.sql(`, NULL::bigint`)
 	}
-	if rep != nil {
-		b.WriteString(`, (SELECT seq FROM rep)`)
+	st.sql(` FROM claimed c, `, storedEvents)
+	// A claim that lost answers with the holder, and the seq of the
+	// replay's event if it stored one.
+	st.sql(` UNION ALL SELECT `, holderColumns, `, false, NULL::text[], NULL::bigint[]`)
+	if key.approval {
+		st.sql(`, NULL::bigint`)
 	}
-	b.WriteString(` ` + holder)
-	return b.String(), a
+	if key.replayed {
+		st.sql(`, (SELECT seq FROM rep)`)
+	}
+	holder()
+	return st.finish(&claimTexts, key, text), st.args
 }
+
+// claimShape is what the text of a claim statement depends on.
+type claimShape struct{ approval, preview, replayed bool }
+
+// claimTexts keeps the claim statements' texts by claimShape.
+var claimTexts sync.Map
+
+// The call's columns as the claim statement returns them: from the claimed
+// row (c) or from the holder (h).
+var (
+	claimedColumns = qualified("c", callColumns)
+	holderColumns  = qualified("h", callColumns)
+)
 
 // replayedRow is ClaimCallParams.Replayed as claimStatement stores it.
 type replayedRow struct {
@@ -386,22 +408,23 @@ var finalStatesSQL = func() string {
 	return `(` + strings.Join(q, ", ") + `)`
 }()
 
-// insertSQL stores the event, completed from the holder h that holder (a
-// FROM … WHERE over calls h) selects, if h answers c as a replay
-// (store.Call.ReplayedBy), as audit.CompleteReplayed completes it; it
-// returns the event's seq.
-func (r *replayedRow) insertSQL(a *stmtArgs, c *store.Call, holder string) string {
+// insertSQL writes to st the INSERT that stores the event, completed from
+// the holder h that holder writes (a FROM … WHERE over calls h), if h
+// answers c as a replay (store.Call.ReplayedBy; the call's principal, key,
+// fingerprint, tool and action are the claim's $2, $3, $4, $5 and $6), as
+// audit.CompleteReplayed completes it; it returns the event's seq.
+func (r *replayedRow) insertSQL(st *stmt, holder func()) {
 	e := &r.ev
-	return `INSERT INTO audit_events
+	st.sql(`INSERT INTO audit_events
 		(id, time, type, call_id, trace_id, task_id, step_id, principal, tool, action, risk, decision, outcome, detail)
-		SELECT ` + a.add(e.ID) + `, ` + a.add(e.Time) + `::timestamptz, ` + a.add(e.Type) + `, h.id, ` +
-		a.add(e.TraceID) + `, ` + a.add(e.TaskID) + `, ` + a.add(e.StepID) + `, ` + a.add(e.Principal) + `, ` +
-		a.add(e.Tool) + `, ` + a.add(e.Action) + `, h.risk, h.decision, ` + replayedOutcomeSQL + `,
-			(` + a.add(r.detail[0]) + `::text || h.attempt_count::text || ` + a.add(r.detail[1]) +
-		`::text || to_json(h.state::text)::text || ` + a.add(r.detail[2]) + `::text)::json ` +
-		holder + ` AND h.state IN ` + finalStatesSQL + ` AND h.tool = ` + a.add(c.Tool) +
-		` AND h.action = ` + a.add(c.Action) + ` AND h.fingerprint = ` + a.add(c.Fingerprint) + `
-		RETURNING seq`
+		SELECT `, st.arg(e.ID), `, `, st.arg(e.Time), `::timestamptz, `, st.arg(e.Type), `, h.id, `,
+		st.arg(e.TraceID), `, `, st.arg(e.TaskID), `, `, st.arg(e.StepID), `, `, st.arg(e.Principal), `, `,
+		st.arg(e.Tool), `, `, st.arg(e.Action), `, h.risk, h.decision, `, replayedOutcomeSQL, `,
+			(`, st.arg(r.detail[0]), `::text || h.attempt_count::text || `, st.arg(r.detail[1]),
+		`::text || to_json(h.state::text)::text || `, st.arg(r.detail[2]), `::text)::json`)
+	holder()
+	st.sql(` AND h.state IN `, finalStatesSQL, ` AND h.tool = $5 AND h.action = $6 AND h.fingerprint = $4
+		RETURNING seq`)
 }
 
 // maxClaimRounds bounds how often claimInTx tries a claim again after
@@ -718,18 +741,27 @@ const storedEvents = `LATERAL (SELECT array_agg(id) AS ids, array_agg(seq) AS se
 // call (without its result, which the caller has), then the stored events'
 // ids and seqs; no row if the call was not finishable.
 func finishStatement(p store.FinishCallParams, result any, rows *auditRows) (string, []any) {
-	a := stmtArgs{p.CallID, p.Attempt, string(p.State), result, p.Now, tsArg(p.ExpiresAt)}
-	var b strings.Builder
-	b.WriteString(`WITH finished AS (` + finishCallSQL + `), ev AS (` + rows.insertSQL(&a, "finished f", "e.call_id") + `)`)
+	key := p.History != nil
+	st, text := newStmt(&finishTexts, key, p.CallID, p.Attempt, string(p.State), result, p.Now, tsArg(p.ExpiresAt))
+	st.sql(`WITH finished AS (`, finishCallSQL, `), ev AS (`)
+	rows.insertSQL(st, "finished f", "e.call_id")
+	st.sql(`)`)
 	if h := p.History; h != nil {
-		b.WriteString(`, history AS (INSERT INTO task_history (principal_id, task_id, call_id, tool, action, resource, at)
-			SELECT ` + a.add(h.PrincipalID) + `, ` + a.add(h.TaskID) + `, ` + a.add(h.CallID) + `, ` + a.add(h.Tool) + `, ` +
-			a.add(h.Action) + `, ` + a.add(h.Resource) + `, ` + a.add(h.At) + ` FROM finished)`)
+		st.sql(`, history AS (INSERT INTO task_history (principal_id, task_id, call_id, tool, action, resource, at)
+			SELECT `, st.arg(h.PrincipalID), `, `, st.arg(h.TaskID), `, `, st.arg(h.CallID), `, `, st.arg(h.Tool), `, `,
+			st.arg(h.Action), `, `, st.arg(h.Resource), `, `, st.arg(h.At), ` FROM finished)`)
 	}
-	b.WriteString(` SELECT ` + strings.Replace(qualified("f", callColumns), "f.result", "NULL::json", 1) + `,
-		stored.ids, stored.seqs FROM finished f, ` + storedEvents)
-	return b.String(), a
+	st.sql(` SELECT `, finishedColumns, `, stored.ids, stored.seqs FROM finished f, `, storedEvents)
+	return st.finish(&finishTexts, key, text), st.args
 }
+
+// finishTexts keeps the texts of finishStatement by whether it has a
+// task history entry.
+var finishTexts sync.Map
+
+// finishedColumns are the call's columns as finishStatement returns them:
+// the result is left out (the caller has it).
+var finishedColumns = strings.Replace(qualified("f", callColumns), "f.result", "NULL::json", 1)
 
 // finishInTx is FinishCall as a transaction: the update, then the events,
 // the health change (as applyHealth makes it, on the locked row) and the

@@ -242,24 +242,15 @@ func TestGroupCommitAbandonedStatement(t *testing.T) {
 
 // A caller whose context ends after its statement went out in a batch is
 // answered what the batch did, not that the store failed: a claim that
-// waited on a lock, and whose caller gave up meanwhile, still commits once
-// the lock is gone, and its caller is told it claimed — so that nobody
-// takes a stored claim for one that never landed.
+// waited on another transaction's insert of its key, and whose caller gave
+// up meanwhile, still commits once that transaction rolls back, and its
+// caller is told it claimed — so that nobody takes a stored claim for one
+// that never landed.
 func TestGroupCommitSentStatementAnswered(t *testing.T) {
 	f := newGroupFixture(t)
 	ctx := context.Background()
-	// A released reservation of key k: claimable again.
-	first := f.call("k")
-	first.ClaimToken = "first"
-	if _, claimed, err := f.claim(ctx, first); err != nil || !claimed {
-		t.Fatalf("first claim: %v %v", claimed, err)
-	}
-	if _, err := f.st.ReleaseClaim(ctx, store.ReleaseClaimParams{PrincipalID: "p", IdempotencyKey: "k", Token: "first",
-		AnsweredEvent: audit.ToolCallDeduped, Result: &store.Result{Message: "given back"}, Now: f.now,
-		ExpiresAt: f.now.Add(time.Hour)}); err != nil {
-		t.Fatal(err)
-	}
-	// Another session locks the released row: the next claim of k waits.
+	// Another session inserts key k and does not commit: a claim of k
+	// waits for that transaction to end, to know whether k is held.
 	locker, err := pgx.Connect(ctx, f.url)
 	if err != nil {
 		t.Fatal(err)
@@ -270,7 +261,8 @@ func TestGroupCommitSentStatementAnswered(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // rolled back below; this is for a failing test
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM calls WHERE idempotency_key = 'k' FOR UPDATE`); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO calls (id, principal_id, idempotency_key, fingerprint, tool, action, state, created_at, updated_at)
+		VALUES ('locker', 'p', 'k', 'fp', 'files', 'write', 'IN_PROGRESS', now(), now())`); err != nil {
 		t.Fatal(err)
 	}
 	gone, cancel := context.WithCancel(ctx)
@@ -285,7 +277,7 @@ func TestGroupCommitSentStatementAnswered(t *testing.T) {
 		_, claimed, err := f.claim(gone, second)
 		answered <- answer{claimed, err}
 	}()
-	testutil.Eventually(t, 10*time.Second, "the claim waiting on the row lock", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the claim waiting for the other transaction's insert", func() bool {
 		var n int
 		err := locker.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -314,14 +315,59 @@ func notFoundOrConflict(ctx context.Context, q querier, what, id, query string) 
 	return fmt.Errorf("%s %q is not in the required state: %w", what, id, store.ErrConflict)
 }
 
-// stmtArgs are the arguments of a statement assembled from parts, each part
-// numbering its placeholders after the ones before it.
-type stmtArgs []any
+// stmt assembles a statement from parts, its text and its arguments
+// together, each part numbering its placeholders after the ones before it.
+//
+// A hot-path statement's text depends only on its shape — which parts it
+// has — never on its values (a batch of events is a set of arrays, one
+// placeholder each), so it is written once per shape and kept (stmtTexts):
+// after that, a statement of the same shape gathers only its arguments, and
+// writes no text at all. The builders write text only through sql and arg,
+// and choose parts only by the shape they are keyed by.
+type stmt struct {
+	args []any
+	b    *strings.Builder // nil when the text is already known
+}
 
-// add appends v and returns its placeholder.
-func (a *stmtArgs) add(v any) string {
-	*a = append(*a, v)
-	return "$" + strconv.Itoa(len(*a))
+// newStmt starts a statement of the shape key in texts with args as its
+// first arguments; text is its text if known ("" if it must be written).
+func newStmt(texts *sync.Map, key any, args ...any) (s *stmt, text string) {
+	s = &stmt{args: args}
+	if t, ok := texts.Load(key); ok {
+		return s, t.(string)
+	}
+	s.b = new(strings.Builder)
+	return s, ""
+}
+
+// finish returns the statement's text, keeping a newly written one in
+// texts under key.
+func (s *stmt) finish(texts *sync.Map, key any, text string) string {
+	if s.b == nil {
+		return text
+	}
+	t, _ := texts.LoadOrStore(key, s.b.String())
+	return t.(string)
+}
+
+// arg appends v to the arguments and returns its placeholder ("" when no
+// text is written).
+func (s *stmt) arg(v any) string {
+	s.args = append(s.args, v)
+	if s.b == nil {
+		return ""
+	}
+	return "$" + strconv.Itoa(len(s.args))
+}
+
+// sql writes parts of the text (nothing when the text is known).
+func (s *stmt) sql(parts ...string) {
+	if s.b == nil {
+		return
+	}
+	for _, p := range parts {
+		s.b.WriteString(p)
+	}
 }
 
 // querier is what pgx.Tx, *pgxpool.Pool and *pgx.Conn have in common.
