@@ -497,7 +497,7 @@ func (e *Executor) decide(base context.Context, c *call, rec *store.Call, adm he
 	}
 
 	now := e.now()
-	change, commit := e.health.Change(c.tool.Name, obs, e.event(c, audit.HealthChanged, "", nil))
+	change, commit := e.health.Change(c.tool.Name, obs, e.fields(c, ""))
 	if out.aborted {
 		// Stopping the server says nothing about the tool's health.
 		change, commit = nil, func() {}
