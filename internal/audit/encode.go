@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // encodeDetail appends detail to buf exactly as json.Marshal encodes it:
@@ -64,6 +65,12 @@ func appendValue(buf []byte, v any) ([]byte, error) {
 		return strconv.AppendUint(buf, uint64(v), 10), nil
 	case uint64:
 		return strconv.AppendUint(buf, v, 10), nil
+	case time.Time:
+		// json.Marshal's form (RFC 3339, as MarshalJSON writes it); a time
+		// MarshalJSON refuses is left to it, for its error.
+		if b, err := v.AppendText(append(buf, '"')); err == nil {
+			return append(b, '"'), nil
+		}
 	case map[string]any:
 		if v == nil {
 			return append(buf, "null"...), nil
