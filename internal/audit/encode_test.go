@@ -26,6 +26,10 @@ func TestEncodeDetailMatchesJSON(t *testing.T) {
 	for i, s := range strs {
 		details = append(details, map[string]any{s: s, "k" + string(rune('a'+i)): []string{s}})
 	}
+	for _, raw := range []string{`{"a":1}`, `{"a":"x y","b":[1,2,{"c":null}]}`, `"quoted \" space"`, `{"a":"\\"}`,
+		`{"a": 1}`, "{\"a\":1}\n", `{"<":"&"}`, "{\"a\":\"\u2028\"}", `{"a":"é"}`, `[1,2`, ``, `{"a":1}}`, "\"bad\xff\""} {
+		details = append(details, map[string]any{"raw": json.RawMessage(raw)})
+	}
 	for _, d := range details {
 		want, werr := json.Marshal(d)
 		got, gerr := encodeDetail(nil, d)
