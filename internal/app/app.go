@@ -145,7 +145,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *App, err err
 	}
 	log := opts.Logger
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		log = slog.New(slog.DiscardHandler)
 	}
 	a := &App{cfg: cfg, log: log, nowFn: opts.Now, now: opts.Now}
 	if a.now == nil {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // encodeDetail appends detail to buf exactly as json.Marshal encodes it:
@@ -64,6 +65,18 @@ func appendValue(buf []byte, v any) ([]byte, error) {
 		return strconv.AppendUint(buf, uint64(v), 10), nil
 	case uint64:
 		return strconv.AppendUint(buf, v, 10), nil
+	case time.Time:
+		// json.Marshal's form (RFC 3339, as MarshalJSON writes it); a time
+		// MarshalJSON refuses is left to it, for its error.
+		if b, err := v.AppendText(append(buf, '"')); err == nil {
+			return append(b, '"'), nil
+		}
+	case json.RawMessage:
+		// A call's arguments or result, already compact JSON as a rule:
+		// then json.Marshal would write it as it is.
+		if v != nil && compactJSON(v) {
+			return append(buf, v...), nil
+		}
 	case map[string]any:
 		if v == nil {
 			return append(buf, "null"...), nil
@@ -108,4 +121,27 @@ func appendString(buf []byte, s string) ([]byte, error) {
 	buf = append(buf, '"')
 	buf = append(buf, s...)
 	return append(buf, '"'), nil
+}
+
+// compactJSON reports whether b is valid JSON that json.Marshal would write
+// unchanged: no whitespace between tokens, nothing it escapes for HTML (<, >,
+// &, U+2028, U+2029).
+func compactJSON(b []byte) bool {
+	if !json.Valid(b) {
+		return false
+	}
+	inString := false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '<' || c == '>' || c == '&' || c == 0xE2: // 0xE2 leads U+2028 and U+2029
+			return false
+		case inString && c == '\\':
+			i++ // the escaped character
+		case c == '"':
+			inString = !inString
+		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return false
+		}
+	}
+	return true
 }

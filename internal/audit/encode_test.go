@@ -20,9 +20,15 @@ func TestEncodeDetailMatchesJSON(t *testing.T) {
 		{"nested": map[string]any{"b": []string{"x", "<y>"}, "a": map[string]any{}}, "nilmap": map[string]any(nil)},
 		{"list": []string(nil), "empty": []string{}, "f": 1.5, "big": 1e21, "raw": json.RawMessage(` { "k" : "<v>" } `)},
 		{"time": time.Date(2026, 11, 27, 1, 2, 3, 4, time.UTC), "any": []any{1, "two", nil}, "bytes": []byte("hi")},
+		{"zoned": time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("", -(9*3600+30*60))), "zero": time.Time{},
+			"local": time.Date(1999, 12, 31, 23, 59, 59, 999999999, time.Local)},
 	}
 	for i, s := range strs {
 		details = append(details, map[string]any{s: s, "k" + string(rune('a'+i)): []string{s}})
+	}
+	for _, raw := range []string{`{"a":1}`, `{"a":"x y","b":[1,2,{"c":null}]}`, `"quoted \" space"`, `{"a":"\\"}`,
+		`{"a": 1}`, "{\"a\":1}\n", `{"<":"&"}`, "{\"a\":\"\u2028\"}", `{"a":"é"}`, `[1,2`, ``, `{"a":1}}`, "\"bad\xff\""} {
+		details = append(details, map[string]any{"raw": json.RawMessage(raw)})
 	}
 	for _, d := range details {
 		want, werr := json.Marshal(d)
@@ -31,7 +37,8 @@ func TestEncodeDetailMatchesJSON(t *testing.T) {
 			t.Errorf("detail %v:\n got %s, %v\nwant %s, %v", d, got, gerr, want, werr)
 		}
 	}
-	for _, bad := range []map[string]any{{"nan": math.NaN()}, {"ch": make(chan int)}, {"deep": map[string]any{"inf": math.Inf(1)}}} {
+	for _, bad := range []map[string]any{{"nan": math.NaN()}, {"ch": make(chan int)}, {"deep": map[string]any{"inf": math.Inf(1)}},
+		{"year": time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, {"zone": time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", 24*3600))}} {
 		if _, err := encodeDetail(nil, bad); err == nil {
 			t.Errorf("detail %v encoded, want json.Marshal's error", bad)
 		}

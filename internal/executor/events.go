@@ -12,15 +12,22 @@ import (
 // event builds an audit event carrying the call's fields, its detail
 // encoded and bounded to the configured size (audit.NewBounded).
 func (e *Executor) event(c *call, typ string, o store.Outcome, detail map[string]any) store.AuditEvent {
+	return audit.NewBounded(typ, e.fields(c, o), audit.WithParent(detail, c.parentOf()), e.opts.AuditDetailMaxBytes)
+}
+
+// fields is the call's part of an event, not yet made an event: what
+// health.Tracker.Change builds its health.changed event from (it gives the
+// event its own id, time, type and detail, and only when health changes).
+func (e *Executor) fields(c *call, o store.Outcome) store.AuditEvent {
 	principal := ""
 	if c.principal != nil {
 		principal = c.principal.ID
 	}
-	return audit.NewBounded(typ, store.AuditEvent{
+	return store.AuditEvent{
 		Time: e.now(), CallID: c.callID, TraceID: c.req.TraceID, TaskID: c.req.TaskID, StepID: c.req.StepID,
 		Principal: principal, Tool: c.req.Tool, Action: c.req.Action,
 		Risk: c.risk, Decision: c.decision, Outcome: o,
-	}, audit.WithParent(detail, c.parentOf()), e.opts.AuditDetailMaxBytes)
+	}
 }
 
 // withArgs adds the call's arguments to an event's detail when the tool

@@ -444,38 +444,43 @@ func (e *Executor) decide(base context.Context, c *call, rec *store.Call, adm he
 		}
 	}
 	toolErr := func(s string) health.Observation { return health.Observation{Kind: health.ToolError, Error: s} }
-	var (
-		rl *toolkit.RateLimitedError
-		un *toolkit.UnknownOutcomeError
-		rt *toolkit.RetryableError
-	)
 	switch {
 	case out.panicked:
 		fail(store.CallFailed, "the tool failed: it panicked", toolErr("panic"))
 	case out.overran:
 		fail(store.CallUnknown, "outcome unknown: the tool did not stop at its deadline; it may or may not have acted",
 			toolErr("timeout: ignored cancellation"))
-	case out.err != nil && errors.As(out.err, &rl):
-		fail(store.CallReleased, "the tool is rate limited until "+rl.Until.UTC().Format(time.RFC3339)+"; it did not act",
-			health.Observation{Kind: health.RateLimited, RateLimitUntil: rl.Until})
-		detail["retryable"], detail["rate_limited_until"] = true, rl.Until
-		answer = fault.ToolRateLimited(c.tool.Name, rl.Until, rl.Until.Sub(e.now()))
-	case out.err != nil && errors.As(out.err, &un):
-		fail(store.CallUnknown, "outcome unknown: "+errText(un.Err)+"; the tool may or may not have acted",
-			toolErr(errText(un.Err)))
-	case out.err != nil && errors.As(out.err, &rt):
-		fail(store.CallReleased, "temporary failure, the tool did not act; retry the call: "+errText(rt.Err),
-			toolErr(errText(rt.Err)))
-		detail["retryable"] = true
-	case out.err != nil && out.aborted:
-		// Cancelled mid-flight by a stopping server: the tool may have
-		// acted before it noticed.
-		fail(store.CallUnknown, "outcome unknown: the server shut down while the tool ran; it may or may not have acted: "+errText(out.err),
-			health.Observation{})
-	case out.err != nil && out.timedOut:
-		fail(store.CallFailed, deadlineMessage(c, out), toolErr("timeout"))
 	case out.err != nil:
-		fail(store.CallFailed, "the tool failed: "+errText(out.err), toolErr(errText(out.err)))
+		// Declared here, not for every call: errors.As moves them to the
+		// heap.
+		var (
+			rl *toolkit.RateLimitedError
+			un *toolkit.UnknownOutcomeError
+			rt *toolkit.RetryableError
+		)
+		switch {
+		case errors.As(out.err, &rl):
+			fail(store.CallReleased, "the tool is rate limited until "+rl.Until.UTC().Format(time.RFC3339)+"; it did not act",
+				health.Observation{Kind: health.RateLimited, RateLimitUntil: rl.Until})
+			detail["retryable"], detail["rate_limited_until"] = true, rl.Until
+			answer = fault.ToolRateLimited(c.tool.Name, rl.Until, rl.Until.Sub(e.now()))
+		case errors.As(out.err, &un):
+			fail(store.CallUnknown, "outcome unknown: "+errText(un.Err)+"; the tool may or may not have acted",
+				toolErr(errText(un.Err)))
+		case errors.As(out.err, &rt):
+			fail(store.CallReleased, "temporary failure, the tool did not act; retry the call: "+errText(rt.Err),
+				toolErr(errText(rt.Err)))
+			detail["retryable"] = true
+		case out.aborted:
+			// Cancelled mid-flight by a stopping server: the tool may have
+			// acted before it noticed.
+			fail(store.CallUnknown, "outcome unknown: the server shut down while the tool ran; it may or may not have acted: "+errText(out.err),
+				health.Observation{})
+		case out.timedOut:
+			fail(store.CallFailed, deadlineMessage(c, out), toolErr("timeout"))
+		default:
+			fail(store.CallFailed, "the tool failed: "+errText(out.err), toolErr(errText(out.err)))
+		}
 	case out.res == nil:
 		fail(store.CallFailed, "the tool failed: it returned no result", toolErr("no result"))
 	default:
@@ -505,7 +510,7 @@ func (e *Executor) decide(base context.Context, c *call, rec *store.Call, adm he
 	}
 
 	now := e.now()
-	change, commit := e.health.Change(c.tool.Name, obs, e.event(c, audit.HealthChanged, "", nil))
+	change, commit := e.health.Change(c.tool.Name, obs, e.fields(c, ""))
 	if out.aborted {
 		// Stopping the server says nothing about the tool's health.
 		change, commit = nil, func() {}

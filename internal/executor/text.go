@@ -3,6 +3,8 @@ package executor
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/toolsvc/toolsvc/internal/idempotency"
 	"github.com/toolsvc/toolsvc/internal/safetext"
@@ -65,9 +67,34 @@ func jsonValue(v any) (json.RawMessage, error) {
 	if d := safetext.Depth(b); d > maxValueDepth {
 		return nil, fmt.Errorf("the value nests %d deep, at most %d is allowed", d, maxValueDepth)
 	}
-	var x any
-	if err := json.Unmarshal(b, &x); err != nil {
+	if err := doubleNumbers(b); err != nil {
 		return nil, fmt.Errorf("the value cannot be carried by the API: %w", err)
 	}
 	return b, nil
+}
+
+// doubleNumbers checks that every number in b, valid JSON, is within the
+// double range, as decoding b into an any (encoding/json, structpb) requires:
+// the one way in which valid JSON can fail that decoding.
+func doubleNumbers(b []byte) error {
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			for i++; b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case c == '-' || '0' <= c && c <= '9':
+			j := i + 1
+			for j < len(b) && strings.IndexByte("+-.eE0123456789", b[j]) >= 0 {
+				j++
+			}
+			if _, err := strconv.ParseFloat(string(b[i:j]), 64); err != nil {
+				return fmt.Errorf("the number %s is out of the double range", safetext.Bound(string(b[i:j]), 40))
+			}
+			i = j - 1
+		}
+	}
+	return nil
 }

@@ -71,6 +71,7 @@ func KeepAlive(ctx context.Context, st store.CallStore, callID string, attempt i
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	parentEnds := ctx.Done() != nil
 	ctx, cancel := context.WithCancel(ctx)
 	l := &Lease{
 		st:       st,
@@ -89,12 +90,17 @@ func KeepAlive(ctx context.Context, st store.CallStore, callID string, attempt i
 	l.timer = time.AfterFunc(l.interval, l.tick)
 	l.mu.Unlock()
 	// A context that ends before Stop ends the renewals (context.AfterFunc
-	// adds no goroutine until ctx is done).
-	l.unwatch = context.AfterFunc(ctx, func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.endLocked()
-	})
+	// adds no goroutine until ctx is done). One that cannot end (the
+	// executor's, detached from its caller) needs no watch: ctx then ends
+	// only by Stop, which stops watching first.
+	l.unwatch = func() bool { return false }
+	if parentEnds {
+		l.unwatch = context.AfterFunc(ctx, func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.endLocked()
+		})
+	}
 	return l
 }
 

@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sort"
 	"sync"
@@ -114,7 +113,7 @@ func New(o Options) (*Registry, error) {
 		r.now = time.Now
 	}
 	if r.log == nil {
-		r.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		r.log = slog.New(slog.DiscardHandler)
 	}
 	empty := map[string]*Entry{}
 	r.cache.Store(&empty)

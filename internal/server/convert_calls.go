@@ -82,16 +82,23 @@ func resultToProto(r *store.Result) (*toolsvcv1.ToolResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("result value: %w", err)
 	}
-	text := r.Message
-	if len(r.Value) > 0 && !r.ExcludeValueFromContext {
-		if text != "" {
-			text += "\n\n"
-		}
-		text += string(r.Value)
+	// The value's text is converted once: ValueJson is the end of the model
+	// text when the text holds it.
+	text, valueJSON := r.Message, ""
+	switch {
+	case len(r.Value) == 0:
+	case r.ExcludeValueFromContext:
+		valueJSON = string(r.Value)
+	case text == "":
+		text = string(r.Value)
+		valueJSON = text
+	default:
+		text = text + "\n\n" + string(r.Value)
+		valueJSON = text[len(text)-len(r.Value):]
 	}
 	return &toolsvcv1.ToolResult{
 		Success: r.Success, Message: r.Message, Value: v,
-		ExcludeValueFromContext: r.ExcludeValueFromContext, ModelText: text, ValueJson: string(r.Value),
+		ExcludeValueFromContext: r.ExcludeValueFromContext, ModelText: text, ValueJson: valueJSON,
 	}, nil
 }
 

@@ -28,10 +28,10 @@ func (t transportAuth) Authenticate(ctx context.Context) (*auth.Principal, error
 
 // credentialsFrom reads a request's credentials from its metadata and peer.
 func credentialsFrom(ctx context.Context) auth.Credentials {
-	var c auth.Credentials
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		c.Authorization = md.Get(auth.AuthorizationHeader)
-		c.PrincipalHeader = md.Get(auth.PrincipalHeader)
+	// The two keys alone: FromIncomingContext would copy every header.
+	c := auth.Credentials{
+		Authorization:   metadata.ValueFromIncomingContext(ctx, auth.AuthorizationHeader),
+		PrincipalHeader: metadata.ValueFromIncomingContext(ctx, auth.PrincipalHeader),
 	}
 	if p, ok := peer.FromContext(ctx); ok {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {

@@ -99,18 +99,18 @@ func recoveryStream(log *slog.Logger) grpc.StreamServerInterceptor {
 // logCall writes the line for one finished call and returns the error the
 // caller sees.
 func logCall(ctx context.Context, log *slog.Logger, method string, ci *callInfo, start time.Time, err error) error {
-	var st *status.Status
+	var st *status.Status // nil: OK
+	code := codes.OK
 	if err != nil {
 		st = toStatus(err)
-	} else {
-		st = status.New(codes.OK, "")
+		code = st.Code()
 	}
 	level := slog.LevelInfo
-	switch st.Code() {
+	switch code {
 	case codes.Internal, codes.Unknown, codes.DataLoss:
 		level = slog.LevelError
 	}
-	if publicMethod(method) && st.Code() == codes.OK {
+	if publicMethod(method) && code == codes.OK {
 		// Probes poll these; keep them out of the normal log.
 		level = slog.LevelDebug
 	}
@@ -119,7 +119,7 @@ func logCall(ctx context.Context, log *slog.Logger, method string, ci *callInfo,
 	}
 	attrs := []slog.Attr{
 		slog.String("method", method),
-		slog.String("code", st.Code().String()),
+		slog.String("code", code.String()),
 		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 	}
 	if p := ci.getPrincipal(); p != "" {

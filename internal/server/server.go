@@ -11,7 +11,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -160,7 +159,7 @@ func New(o Options) (*Server, error) {
 	}
 	log := o.Logger
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
 		streams:  newStreamGroup(cfg.MaxWatchStreams, cfg.MaxWatchStreamsPerPrincipal),
