@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,15 @@ func startServer(tb testing.TB, backend string) *server {
 // measured.
 func serve(tb testing.TB, cfg *config.Config, opts app.Options) *server {
 	tb.Helper()
+	if opts.Logger == nil {
+		// The server's own logger, its lines formatted as toolsvc serve
+		// formats them and then discarded: a served call pays for them.
+		log, err := app.NewLogger(cfg.Log, io.Discard)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		opts.Logger = log
+	}
 	conn, a := apptest.Start(tb, cfg, opts)
 	args, err := structpb.NewStruct(map[string]any{"message": "hello, benchmark"})
 	if err != nil {

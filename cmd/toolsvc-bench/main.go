@@ -120,8 +120,9 @@ and the latency toolsvc adds to the MCP tool call (p50 through the front
 door less p50 direct, memory store and Postgres).
 
 The Postgres subjects run in a fresh database (toolsvc_bench_<random>),
-migrated by toolsvc and dropped at the end. Server logs are discarded and
-telemetry is off (OTEL_SDK_DISABLED=true). Exits 1 if any call failed.
+migrated by toolsvc and dropped at the end. Server logs are formatted as
+toolsvc serve formats them, then discarded; telemetry is off
+(OTEL_SDK_DISABLED=true). Exits 1 if any call failed.
 
 Flags:
 `

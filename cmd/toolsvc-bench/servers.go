@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"sync"
@@ -133,7 +134,14 @@ func startToolsvc(ctx context.Context, databaseURL string, tweaks ...func(*confi
 	}
 	// The App's background work outlives ctx (an interrupt); stop ends it.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a, err := app.New(sctx, cfg, app.Options{})
+	// The server's own logger, its lines formatted as toolsvc serve formats
+	// them and then discarded: a served call pays for them.
+	log, err := app.NewLogger(cfg.Log, io.Discard)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	a, err := app.New(sctx, cfg, app.Options{Logger: log})
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("toolsvc (%s): %w", storeName(databaseURL), err)
