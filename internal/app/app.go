@@ -532,6 +532,9 @@ func (a *App) Close() {
 			a.exec.Close()
 		}
 		a.stop()
+		if a.server != nil {
+			a.server.Close()
+		}
 		if a.reaped != nil {
 			<-a.reaped
 		}

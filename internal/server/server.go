@@ -13,7 +13,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -100,6 +102,8 @@ type Options struct {
 // Server is toolsvc's gRPC server.
 type Server struct {
 	grpc *grpc.Server
+	// served: Serve was called, or Close (a server is served once).
+	served atomic.Bool
 	// streams ends the long-lived watch streams when draining starts: they
 	// never finish on their own, and GracefulStop would wait for them. It
 	// also holds their number to the configured caps.
@@ -210,6 +214,12 @@ func New(o Options) (*Server, error) {
 			Time: k.Time, Timeout: k.Timeout, MaxConnectionIdle: k.MaxConnectionIdle,
 			MaxConnectionAge: k.MaxConnectionAge, MaxConnectionAgeGrace: k.MaxConnectionAgeGrace,
 		}),
+		// Streams are served by long-lived workers (falling back to a
+		// goroutine of their own when all are busy), whose stacks have
+		// already grown to what a call needs: a goroutine per stream grows
+		// a fresh stack through the interceptors, the pipeline and the
+		// store on every call.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		grpc.ChainUnaryInterceptor(recoveryUnary(log), loggingUnary(log, s.observe), s.cancelOverdue, lim.unary(), authz.unary()),
 		grpc.ChainStreamInterceptor(recoveryStream(log), loggingStream(log, s.observe), lim.stream(), authz.stream()),
 	}
@@ -239,6 +249,15 @@ func (s *Server) GRPC() *grpc.Server { return s.grpc }
 // listener too (Kubernetes' gRPC probes speak neither TLS nor tokens).
 func (s *Server) Health() healthpb.HealthServer { return s.health }
 
+// Close ends a server that was never served: its stream workers run from
+// New until the gRPC server stops. A served server is stopped by Serve,
+// which Close leaves to it.
+func (s *Server) Close() {
+	if s.served.CompareAndSwap(false, true) {
+		s.grpc.Stop()
+	}
+}
+
 // Serve serves on lis until ctx ends, then drains: health turns NOT_SERVING,
 // new calls are refused, in-flight calls get up to the shutdown timeout to
 // finish, and whatever is still running after it is aborted (tool calls,
@@ -247,6 +266,9 @@ func (s *Server) Health() healthpb.HealthServer { return s.health }
 // close. It returns nil after a shutdown requested through ctx, or the error
 // that stopped serving.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	if !s.served.CompareAndSwap(false, true) {
+		return errors.New("serve: the server was closed or is already served")
+	}
 	defer s.stopOverdue()
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watched := make(chan struct{})
