@@ -14,7 +14,8 @@ import (
 // fillTrail gives the benchmark database an audit trail of n events spread
 // evenly over the days before today (oldest first, so that time follows
 // seq as it does in a trail that grew by itself), written by SQL
-// (generate_series), then vacuumed and analyzed as autovacuum would have.
+// (generate_series), then vacuumed and analyzed as autovacuum would have,
+// and checkpointed.
 // Where audit_events is partitioned by day (migration 0011), each past day
 // gets its partition first, as a server running through those days would
 // have created it; otherwise (older schemas) the events go in the one table.
@@ -62,6 +63,12 @@ func fillTrail(ctx context.Context, dbURL string, n, days int, stderr io.Writer)
 		if _, err := conn.Exec(ctx, q); err != nil {
 			return fmt.Errorf("audit trail: %w", err)
 		}
+	}
+	// A checkpoint, so that the fill's gigabytes of dirty pages are written
+	// now rather than during the cells measured next. It needs a superuser
+	// (or pg_checkpoint); without one the measurement may meet it.
+	if _, err := conn.Exec(ctx, `CHECKPOINT`); err != nil {
+		fmt.Fprintf(stderr, "audit trail: no checkpoint after the fill (%v): the cells that follow may meet its writes\n", err)
 	}
 	var size string
 	if err := conn.QueryRow(ctx, `SELECT pg_size_pretty(pg_database_size(current_database()))`).Scan(&size); err != nil {
