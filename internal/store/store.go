@@ -691,8 +691,9 @@ type AuditStore interface {
 	// negative: ErrInvalid) whose Time is before before, oldest Time first,
 	// and returns how many it deleted. A store that keeps the trail in
 	// units of time (Postgres: a partition per day) removes a unit that
-	// ends by before whole, even past limit. Safe to run on every replica
-	// at once.
+	// ends by before whole, even past limit, and may count it as its
+	// statistics estimate it rather than by reading it. Safe to run on
+	// every replica at once.
 	DeleteAuditEventsBefore(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
