@@ -202,16 +202,33 @@ func (s *Store) dropAuditPartitions(ctx context.Context, before time.Time) (int,
 			}
 			return total, interpretError(err)
 		}
-		err = s.tryTx(ctx, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+partitionLockTimeout+`'`); err != nil {
-				return interpretError(err)
+		// Emptied first, then dropped: the drop locks the whole trail
+		// (ACCESS EXCLUSIVE on audit_events, which every append waits
+		// for) until it commits, and the commit that removes a day's
+		// files takes ≈ 0.1 s per million events. TRUNCATE removes them
+		// under a lock of the day's partition only, which nothing appends
+		// to; the drop of the empty partition then holds the trail's lock
+		// for a few milliseconds.
+		for i, stmt := range []string{`TRUNCATE `, `DROP TABLE IF EXISTS `} {
+			err = s.tryTx(ctx, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+partitionLockTimeout+`'`); err != nil {
+					return interpretError(err)
+				}
+				_, err := tx.Exec(ctx, stmt+name)
+				return err
+			})
+			if err != nil {
+				break
 			}
-			_, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+name)
-			return err
-		})
+			if i == 0 {
+				total += int(n) // removed, whether the drop follows now or at the next round
+			}
+		}
+		if isUndefinedTable(err) { // dropped meanwhile by another replica
+			continue
+		}
 		switch {
 		case err == nil:
-			total += int(n)
 		case isLockTimeout(err):
 			return total, nil
 		default:
