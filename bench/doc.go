@@ -4,8 +4,8 @@
 // (the cost of a gRPC round trip through the server's interceptors) and, on
 // Postgres, one single-row INSERT commit on the same database (the cost of a
 // commit). It also pins the storage budget of docs/pipeline.md#storage-budget per call — at most two
-// commits per executed call, one read (and its audit append) per replay —
-// in a test that runs with the ordinary `go test ./...`.
+// commits per executed call, one per replay (its claim, with its audit
+// event) — in a test that runs with the ordinary `go test ./...`.
 //
 // The package has no non-test code: the benchmarks are in its _test.go
 // files and run with
