@@ -281,14 +281,15 @@ func (s *Store) ClaimCall(ctx context.Context, p store.ClaimCallParams) (*store.
 }
 
 // claimStatement is ClaimCall as one statement: insertClaimCTE (arguments
-// args, those of c), and, joined with its row so that they are
-// written only if it claimed, the approval or preview (under the kept call
-// id), the events (their call id rewritten to the kept one if the claim took
-// over a released record) and the approval's notification (delivered at
-// commit). It returns the claimed call, true, then the stored events' ids
-// and seqs; if the claim lost, the holder, false (no row if the holder is
-// not in the statement's snapshot). The approval's foreign key is checked at
-// the end of the statement, when the call row exists.
+// args, those of c), and, joined with its row so that they are written only
+// if it claimed, the approval or preview, the events and the approval's
+// notification (delivered at commit). It returns the claimed call, true,
+// then the stored events' ids and seqs; if the claim lost, the holder,
+// false (no row if the holder is not in the statement's snapshot) and, with
+// rep, the seq of the replay's event if the holder answers c as a replay
+// (else NULL). The approval's foreign key is checked at the end of the
+// statement, when the call row exists. A released record is not taken over
+// here (claimInTx does it).
 func claimStatement(c *store.Call, p store.ClaimCallParams, args []any, rows *auditRows, rep *replayedRow) (string, []any) {
 	key := claimShape{approval: p.Approval != nil, preview: p.Preview != nil, replayed: rep != nil}
 	st, text := newStmt(&claimTexts, key, append(make([]any, 0, len(args)+64), args...)...)
