@@ -16,6 +16,7 @@ import (
 	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/store/postgres"
 	"github.com/toolsvc/toolsvc/internal/store/postgres/pgtest"
+	"github.com/toolsvc/toolsvc/internal/store/postgres/synthtrail"
 )
 
 // BenchmarkPostgresDatabaseCPU measures what the hot path's writes cost the
@@ -28,9 +29,8 @@ import (
 // run at different moments.
 //
 // TOOLSVC_BENCH_TRAIL=N first gives the database an audit trail of N events
-// over the 10 days before today (SQL generate_series; day partitions where
-// the schema is partitioned), vacuumed and analyzed, to measure what a
-// large trail changes on the hot path.
+// over the 10 days before today (synthtrail.Fill), to measure what a large
+// trail changes on the hot path.
 func BenchmarkPostgresDatabaseCPU(b *testing.B) {
 	ctx := context.Background()
 	dbURL := pgtest.NewDatabase(b)
@@ -47,7 +47,11 @@ func BenchmarkPostgresDatabaseCPU(b *testing.B) {
 	st := postgres.New(pool)
 	defer st.Close()
 	if n, _ := strconv.Atoi(os.Getenv("TOOLSVC_BENCH_TRAIL")); n > 0 {
-		fillTrail(b, pool, n, 10)
+		t, err := synthtrail.Fill(ctx, pool, n, 10)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("audit trail: %d events over %d days (partitioned: %v) in %s", t.Events, t.Days, t.Partitioned, t.Took.Round(time.Millisecond))
 	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE bench_commit (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, note text NOT NULL)`); err != nil {
 		b.Fatal(err)
@@ -128,45 +132,4 @@ func BenchmarkPostgresDatabaseCPU(b *testing.B) {
 			b.ReportMetric(float64(subj)/float64(floor), "x-insert-db")
 		})
 	}
-}
-
-// fillTrail writes n audit events spread over the days days before today,
-// oldest first (time follows seq, as in a trail that grew by itself), three
-// per call, 1,000 principals, two tools, a trace id on every fourth call.
-func fillTrail(b *testing.B, pool *pgxpool.Pool, n, days int) {
-	ctx := context.Background()
-	start := time.Now()
-	var partitioned bool
-	if err := pool.QueryRow(ctx, `SELECT relkind = 'p' FROM pg_class WHERE oid = 'audit_events'::regclass`).Scan(&partitioned); err != nil {
-		b.Fatal(err)
-	}
-	today := time.Now().UTC().Truncate(24 * time.Hour)
-	perDay := n / days
-	for d := days; d >= 1; d-- {
-		from := today.AddDate(0, 0, -d)
-		if partitioned {
-			if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS audit_events_p%s PARTITION OF audit_events
-				FOR VALUES FROM ('%s') TO ('%s')`, from.Format("20060102"), from.Format(time.RFC3339),
-				from.AddDate(0, 0, 1).Format(time.RFC3339))); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if _, err := pool.Exec(ctx, `INSERT INTO audit_events (id, time, type, call_id, trace_id, principal, tool, action, outcome, detail)
-			SELECT 'trail-' || $1::int || '-' || g,
-				$2::timestamptz + (g::float8 / $3) * interval '1 day',
-				(ARRAY['tool_call.attempted', 'tool_call.succeeded', 'tool_call.deduped'])[g % 3 + 1],
-				'call-' || $1::int || '-' || (g / 3),
-				CASE WHEN (g / 3) % 4 = 0 THEN 'trace-' || $1::int || '-' || (g / 12) ELSE '' END,
-				'principal-' || ((g / 3) % 1000),
-				(ARRAY['echo', 'files'])[(g / 3) % 2 + 1], 'echo',
-				CASE WHEN g % 3 = 1 THEN 'SUCCEEDED' ELSE '' END,
-				'{"attempt":1,"latency_ms":3}'
-			FROM generate_series(0, $3 - 1) g`, d, from, perDay); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if _, err := pool.Exec(ctx, `VACUUM ANALYZE audit_events`); err != nil {
-		b.Fatal(err)
-	}
-	b.Logf("audit trail: %d events over %d days (partitioned: %v) in %s", perDay*days, days, partitioned, time.Since(start).Round(time.Millisecond))
 }
