@@ -6,14 +6,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/toolsvc/toolsvc/internal/audit"
-	"github.com/toolsvc/toolsvc/internal/store"
 	"github.com/toolsvc/toolsvc/internal/store/postgres"
 	"github.com/toolsvc/toolsvc/internal/store/postgres/pgtest"
 	"github.com/toolsvc/toolsvc/internal/store/postgres/synthtrail"
@@ -71,33 +68,13 @@ func BenchmarkPostgresDatabaseCPU(b *testing.B) {
 		}
 		return time.Duration(ns)
 	}
-	now := time.Now().UTC()
-	var seq atomic.Uint64
-	event := func(typ, callID string) []store.AuditEvent {
-		return []store.AuditEvent{audit.NewDetail(typ, store.AuditEvent{
-			Time: now, CallID: callID, Principal: principal, Tool: "echo", Action: "echo",
-		}, map[string]any{"attempt": 1, "probe": false})}
-	}
+	so := newStoreOps(st, "cpu")
 	ops := []struct {
 		name string
 		do   func() error
 	}{
-		{"reserve+record", func() error {
-			c := &store.Call{
-				ID: audit.NewID(), PrincipalID: principal, IdempotencyKey: fmt.Sprintf("cpu-%d", seq.Add(1)),
-				Fingerprint: "fp", Tool: "echo", Action: "echo", State: store.CallInProgress, AttemptCount: 1,
-				LeaseExpiresAt: now.Add(time.Minute), CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
-			}
-			if _, ok, err := st.ClaimCall(ctx, store.ClaimCallParams{Call: c, Lease: time.Minute, Events: event(audit.ToolCallAttempted, c.ID)}); err != nil || !ok {
-				return fmt.Errorf("ClaimCall: claimed %v, %v", ok, err)
-			}
-			_, err := st.FinishCall(ctx, store.FinishCallParams{
-				CallID: c.ID, Attempt: 1, State: store.CallSucceeded, Result: &store.Result{Success: true, Message: "ok"},
-				Now: now, ExpiresAt: now.Add(time.Hour), Events: event(audit.ToolCallSucceeded, c.ID),
-			})
-			return err
-		}},
-		{"append", func() error { return st.AppendAuditEvents(ctx, event(audit.ToolCallDeduped, "")) }},
+		{"reserve+record", func() error { return so.reserveRecord(ctx) }},
+		{"append", func() error { return so.appendEvent(ctx) }},
 	}
 	insert := func() error {
 		_, err := pool.Exec(ctx, `INSERT INTO bench_commit (note) VALUES ($1)`, "x")

@@ -32,7 +32,7 @@ const throughputPhase = 2 * time.Second
 //   - claim+finish: ClaimCall of a fresh key with its attempted event, then
 //     FinishCall SUCCEEDED with its outcome event and no health change (the
 //     two writes of an executed call), on a Store opened with its defaults;
-//   - append: AppendAuditEvents of one event (the write of a replay).
+//   - append: AppendAuditEvents of one event (the write of a refusal).
 //
 // Phases alternate (floor, subject, floor, subject) and each runs for a fixed
 // time whatever b.N is; the metrics are operations per second and the ratio
